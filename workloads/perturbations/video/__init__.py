@@ -1,0 +1,88 @@
+"""The 12 MLVP video perturbations x 5 severities (seed 000 s3 / appendix E; vtr_tta_study s2).
+
+    apply(name, video, severity, seed=0, num_frames=12, **assets) -> uint8 [num_frames, H, W, 3]
+    render(...)      -> Rendered(frames, meta)      (meta["faithful"] says whether real assets were used)
+    render_many(video, requests, num_frames=12, **assets) -> list[Rendered]   (shares decode/flow across requests)
+
+`video` is every decoded frame of the source clip, uint8 RGB [N, H, W, 3]. Frame-level types perturb the frames the
+uniform rule picks; h264, motion blur, defocus, event insertion and scrambling read the whole sequence, as the
+reference does. The same (video, name, severity, seed) always gives identical bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from workloads.perturbations.video._registry import ClipContext, check_severity, get
+
+NAMES: tuple[str, ...] = (
+    "gaussian_noise",
+    "impulse_noise",
+    "fog",
+    "snow",
+    "elastic_distortion",
+    "h264_compression",
+    "motion_blur",
+    "video_defocus",
+    "main_object_occlusion",
+    "style_transfer",
+    "event_insertion",
+    "temporal_scrambling",
+)
+
+
+@dataclass
+class Rendered:
+    name: str
+    severity: int
+    frames: np.ndarray
+    meta: dict[str, Any]
+
+
+def _load_modules() -> None:
+    # each module registers itself on import; imported here so `NAMES` and the registry agree
+    import importlib
+
+    for name in NAMES:
+        try:
+            importlib.import_module(f"workloads.perturbations.video.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"workloads.perturbations.video.{name}":
+                raise
+
+
+_load_modules()
+
+
+def render(name: str, video: np.ndarray, severity: int, seed: int = 0, num_frames: int = 12,
+           **assets: Any) -> Rendered:
+    return render_many(video, [(name, severity, seed)], num_frames=num_frames, **assets)[0]
+
+
+def apply(name: str, video: np.ndarray, severity: int, seed: int = 0, num_frames: int = 12,
+          **assets: Any) -> np.ndarray:
+    return render(name, video, severity, seed=seed, num_frames=num_frames, **assets).frames
+
+
+def render_many(video: np.ndarray, requests: Iterable[tuple[str, int, int]], num_frames: int = 12,
+                **assets: Any) -> list[Rendered]:
+    """Render several (name, severity, seed) requests of one video, sharing the per-video work."""
+    requests = [(n, check_severity(s), int(seed)) for n, s, seed in requests]
+    infos = [get(n) for n, _, _ in requests]  # validate every name before any work
+    ctx = ClipContext(video, num_frames=num_frames, assets=assets)
+    out = []
+    for info, (name, severity, seed) in zip(infos, requests):
+        frames, meta = info.fn(ctx, severity, np.random.default_rng(seed))
+        frames = np.ascontiguousarray(frames)
+        expected = (ctx.num_frames, *ctx.video.shape[1:])
+        if frames.dtype != np.uint8 or frames.shape != expected:
+            raise AssertionError(f"{name} returned {frames.dtype} {frames.shape}, expected uint8 {expected}")
+        if "faithful" not in meta:
+            raise AssertionError(f"{name} did not say whether it is faithful")
+        out.append(Rendered(name, severity, frames, dict(meta)))
+    return out
+
+
+__all__ = ["NAMES", "Rendered", "apply", "render", "render_many", "ClipContext"]

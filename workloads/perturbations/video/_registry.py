@@ -1,0 +1,94 @@
+"""Registry and shared per-clip context for the MLVP video perturbations.
+
+A perturbation is a function `fn(ctx, severity, rng) -> (frames, meta)`:
+- `ctx` is the ClipContext of one source video: all decoded frames, the uniform sample indices, the assets, and a
+  memo so work shared across types and severities (the uniform sample, optical flow, ...) is done once per video;
+- `severity` is 1..5; `rng` a numpy Generator seeded by the caller;
+- it returns uint8 [num_frames, H, W, 3] at the input resolution and a JSON-able meta dict that must contain
+  `faithful` (bool: true when the reference algorithm and its real assets were used) and, when not faithful,
+  `fallback` (a one-line description of what was substituted).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from workloads.video_io import uniform_indices
+
+SEVERITIES = (1, 2, 3, 4, 5)
+
+
+class ClipContext:
+    """One source video and everything renderings of it may share."""
+
+    def __init__(self, video: np.ndarray, num_frames: int = 12, assets: dict[str, Any] | None = None):
+        video = np.asarray(video)
+        if video.ndim != 4 or video.shape[-1] != 3 or video.dtype != np.uint8:
+            raise ValueError(f"video must be uint8 [N, H, W, 3], got {video.dtype} {video.shape}")
+        if len(video) == 0:
+            raise ValueError("video has no frames")
+        self.video = video
+        self.num_frames = int(num_frames)
+        self.indices = uniform_indices(len(video), self.num_frames)
+        self.assets = dict(assets or {})
+        self._memo: dict[Any, Any] = {}
+
+    @property
+    def sampled(self) -> np.ndarray:
+        """The `num_frames` frames picked by the uniform rule (s2.0)."""
+        return self.memo("sampled", lambda: np.ascontiguousarray(self.video[self.indices]))
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+
+PerturbFn = Callable[[ClipContext, int, np.random.Generator], "tuple[np.ndarray, dict]"]
+
+
+@dataclass(frozen=True)
+class PerturbationInfo:
+    name: str
+    fn: PerturbFn
+    full_video: bool  # True: reads the whole frame sequence (h264, blur, defocus, event insertion, scrambling)
+    doc: str
+
+
+_REGISTRY: dict[str, PerturbationInfo] = {}
+
+
+def register(name: str, *, full_video: bool = False) -> Callable[[PerturbFn], PerturbFn]:
+    def wrap(fn: PerturbFn) -> PerturbFn:
+        if name in _REGISTRY:
+            raise ValueError(f"video perturbation {name!r} registered twice")
+        _REGISTRY[name] = PerturbationInfo(name, fn, full_video, (fn.__doc__ or "").strip())
+        return fn
+
+    return wrap
+
+
+def get(name: str) -> PerturbationInfo:
+    from workloads.perturbations.video import NAMES  # the public, ordered list
+
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown video perturbation {name!r}; allowed: {', '.join(NAMES)}")
+    return _REGISTRY[name]
+
+
+def check_severity(severity: int) -> int:
+    if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) or int(severity) not in SEVERITIES:
+        raise ValueError(f"severity must be one of {list(SEVERITIES)}, got {severity!r}")
+    return int(severity)
+
+
+def to_float(frames: np.ndarray) -> np.ndarray:
+    """uint8 -> float32 in [0, 1]."""
+    return frames.astype(np.float32) / 255.0
+
+
+def to_uint8(x: np.ndarray) -> np.ndarray:
+    """float in [0, 1] -> uint8 by truncation `(y * 255).astype(uint8)`, as the reference does (s2.0)."""
+    return (np.clip(x, 0.0, 1.0) * 255).astype(np.uint8)
