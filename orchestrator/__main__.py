@@ -1,0 +1,104 @@
+"""Command line: `python -m orchestrator {submit,plan,status,resume,report,render} ...` (`--help` on each)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXAMPLES = {
+    "submit": """examples:
+  python -m orchestrator submit grids/quickstart.yaml
+  python -m orchestrator submit grids/full_mlvp.yaml --address ray://head:10001 --tracking-uri http://mlflow:5000
+  python -m orchestrator submit grids/quickstart.yaml --dry-run""",
+    "plan": "example:\n  python -m orchestrator plan grids/full_mlvp.yaml",
+    "status": "example:\n  python -m orchestrator status grids/quickstart.yaml",
+    "resume": "example:\n  python -m orchestrator resume grids/quickstart.yaml          # failed + never-run cells",
+    "report": "example:\n  python -m orchestrator report grids/quickstart.yaml --metric hub_skewness",
+    "render": """examples:
+  python -m orchestrator render grids/quickstart.yaml                 # fill the render cache only
+  python -m orchestrator render --contact-sheet docs/contact_sheet.png  # one frame per type x severity""",
+}
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--results-dir", default="results", help="where the ledger, tables, MLflow store and caches "
+                   "live (default: ./results)")
+    p.add_argument("--cache-dir", default=None, help="caches (datasets, models, renders, galleries); "
+                   "default: RESULTS_DIR/cache. Put it on shared storage for a multi-node cluster")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m orchestrator",
+        description="MLVP orchestrator: test-time adaptation of video-text retrieval under query shift, "
+                    "rendered with Ray Data, scheduled with Ray Tune, tracked in MLflow.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_, epilog=EXAMPLES.get(name),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        return p
+
+    for name, help_ in (("submit", "run a grid: render, fine-tune, trials, tables (skips cells already done)"),
+                        ("resume", "rerun the failed and never-run cells of a grid")):
+        p = add(name, help_)
+        p.add_argument("grid", help="grid YAML file, e.g. grids/quickstart.yaml")
+        _common(p)
+        p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///RESULTS_DIR/"
+                       "mlflow.db); e.g. http://127.0.0.1:5000 for an mlflow server")
+        p.add_argument("--address", default=None, help="join a running Ray cluster (default: start a local one on "
+                       "127.0.0.1)")
+        p.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
+        p.add_argument("--no-dashboard", action="store_true", help="start local Ray without its dashboard")
+        if name == "submit":
+            p.add_argument("--dry-run", action="store_true", help="print the plan (trials, render jobs) and exit "
+                           "without starting Ray")
+            p.add_argument("--rerun", action="store_true", help="run every cell again, even the successful ones")
+        else:
+            p.add_argument("--only-failed", action="store_true", help="rerun failed cells only, not never-run ones")
+
+    p = add("plan", "print what a grid would run (trials, render jobs, checkpoints, ledger state)")
+    p.add_argument("grid")
+    _common(p)
+
+    p = add("status", "ledger state of a grid: done / failed / missing, with each failure's error")
+    p.add_argument("grid")
+    _common(p)
+    p.add_argument("--all", action="store_true", help="list every failure, not just the first 20")
+
+    p = add("report", "rebuild a grid's Parquet tables from the ledger and print its query-shift tables")
+    p.add_argument("grid")
+    _common(p)
+    p.add_argument("--metric", default="R1", help="metric of the printed tables: R1, R5, R10, MdR, MnR, "
+                   "hub_skewness, ... (default R1)")
+
+    p = add("render", "fill the render cache for a grid (no trials), or draw a contact sheet of all 12 types")
+    p.add_argument("grid", nargs="?", help="grid YAML file (omit with --contact-sheet)")
+    _common(p)
+    p.add_argument("--contact-sheet", metavar="OUT.png", default=None,
+                   help="draw one frame per perturbation type x severity of a synthetic clip into OUT.png")
+    p.add_argument("--address", default=None, help="join a running Ray cluster")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from orchestrator import commands
+    from orchestrator.grid import GridError
+
+    try:
+        return commands.dispatch(args)
+    except GridError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

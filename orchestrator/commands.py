@@ -1,0 +1,128 @@
+"""What each CLI command does (argument parsing lives in __main__)."""
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+from rich.console import Console
+
+from orchestrator.grid import load_grid
+from orchestrator.ledger import TrialLedger
+from orchestrator.plan import Paths, build_plan
+from orchestrator.submit import SubmitOptions, print_plan, select_trials, submit
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    return {"submit": cmd_submit, "resume": cmd_resume, "plan": cmd_plan, "status": cmd_status,
+            "report": cmd_report, "render": cmd_render}[args.command](args)
+
+
+def _options(args: argparse.Namespace, **kw) -> SubmitOptions:
+    return SubmitOptions(results_dir=args.results_dir, cache_dir=args.cache_dir,
+                         tracking_uri=getattr(args, "tracking_uri", None), address=getattr(args, "address", None),
+                         num_cpus=getattr(args, "num_cpus", None),
+                         dashboard=not getattr(args, "no_dashboard", False), **kw)
+
+
+def cmd_submit(args) -> int:
+    report = submit(args.grid, _options(args, dry_run=args.dry_run, rerun=args.rerun))
+    if args.dry_run:
+        print(f"dry run: {len(report.plan.trials)} trials ({report.to_run} to run), "
+              f"{report.plan.render_count()} render jobs; nothing started")
+        return 0
+    return 0 if report.failed == 0 else 1
+
+
+def cmd_resume(args) -> int:
+    grid = load_grid(args.grid)
+    paths = Paths.make(args.results_dir, args.cache_dir)
+    plan = build_plan(grid, paths)
+    todo, status = select_trials(plan, TrialLedger(paths.ledger), args.only_failed, False)
+    if not todo:
+        c = Counter(status.values())
+        print(f"nothing to resume: {c.get('ok', 0)}/{len(plan.trials)} cells done, {c.get('failed', 0)} failed")
+        return 0
+    report = submit(args.grid, _options(args, only_failed=args.only_failed))
+    return 0 if report.failed == 0 else 1
+
+
+def cmd_plan(args) -> int:
+    grid = load_grid(args.grid)
+    plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
+    todo, status = select_trials(plan, TrialLedger(plan.paths.ledger), False, False)
+    console = Console(highlight=False)
+    print_plan(plan, status, todo, console)
+    by = Counter((t.dataset, t.direction, t.backbone, t.method) for t in plan.trials)
+    for (ds, d, b, m), n in sorted(by.items()):
+        console.print(f"  {ds:12s} {d} {b:10s} {m:8s} {n} trials")
+    return 0
+
+
+def cmd_status(args) -> int:
+    grid = load_grid(args.grid)
+    plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
+    ledger = TrialLedger(plan.paths.ledger)
+    console = Console(highlight=False)
+    counts = ledger.counts(t.key for t in plan.trials)
+    console.print(f"{grid.name}: {len(plan.trials)} cells: {counts.get('ok', 0)} done, {counts.get('failed', 0)} "
+                  f"failed, {counts.get('missing', 0)} never run")
+    failed = [(t, ledger.get(t.key)) for t in plan.trials if counts and ledger.status(t.key) == "failed"]
+    for t, e in failed if args.all else failed[:20]:
+        console.print(f"  [red]failed[/] {t.label} [{t.key[:10]}]: {(e.get('error') or '').splitlines()[0]}")
+    if len(failed) > 20 and not args.all:
+        console.print(f"  ... {len(failed) - 20} more (--all)")
+    if counts.get("failed") or counts.get("missing"):
+        console.print(f"rerun them with: python -m orchestrator resume {args.grid}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from orchestrator.results import qs_tables, to_markdown, write_tables
+    from workloads.methods import NAMES as METHODS
+    from workloads.perturbations.video import NAMES as PERTS
+
+    grid = load_grid(args.grid)
+    plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
+    entries = TrialLedger(plan.paths.ledger).entries(t.key for t in plan.trials)
+    files = write_tables(entries, plan.paths.grid_dir(grid.name), list(PERTS), list(METHODS), grid.backbones)
+    import pyarrow.parquet as pq
+
+    df = pq.read_table(files[0]).to_pandas()
+    if args.metric not in df.columns:
+        raise ValueError(f"unknown metric {args.metric!r}; columns: {', '.join(c for c in df.columns if c[0].isupper() or c.startswith('hub_'))}")
+    console = Console(highlight=False)
+    console.print(f"{len(entries)}/{len(plan.trials)} cells in the ledger")
+    if len(df):
+        for (ds, d, sev), t in qs_tables(df, args.metric, list(PERTS), list(METHODS), grid.backbones).items():
+            console.print(f"\n{args.metric}: {ds} {d} severity {sev}\n{to_markdown(t, 2)}")
+    for f in files:
+        console.print(f"wrote {f}")
+    return 0
+
+
+def cmd_render(args) -> int:
+    if args.contact_sheet:
+        from orchestrator.contact import write_contact_sheet
+
+        write_contact_sheet(args.contact_sheet)
+        print(f"wrote {args.contact_sheet}")
+        return 0
+    if not args.grid:
+        raise ValueError("render needs a grid file, or --contact-sheet OUT.png")
+    from orchestrator import ray_env
+    from orchestrator import render as render_stage
+    from orchestrator.submit import plan_assets
+
+    grid = load_grid(args.grid)
+    plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
+    ray_env.start_ray(args.address, args.num_cpus, dashboard=False)
+    try:
+        summary = render_stage.render(plan, assets=plan_assets(plan), actors=grid.runtime.render_actors)
+    finally:
+        if args.address is None:
+            ray_env.stop_ray()
+    print(summary.line())
+    for f in summary.failures:
+        print(f"  failed {f['dataset']}/{f['video_id']} {f['perturbation']}/{f['severity']} ({f['video_path']}): "
+              f"{f['error']}")
+    return 0 if summary.failed == 0 else 1

@@ -1,0 +1,68 @@
+"""The trial ledger: one JSON file per trial key, the source of truth for what has run.
+
+Ray Tune's own restore can only finish the exact interrupted job; it cannot add cells to a grid or skip cells another
+grid already ran. The ledger can: a re-submitted (or edited) grid runs only keys that have no successful entry. Only
+the driver writes it (one writer, atomic renames), so it needs no locking; a crash loses at most the trial in flight.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable
+
+
+class TrialLedger:
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    def path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.path(key).read_text())
+        except FileNotFoundError:
+            return None
+        except json.JSONDecodeError:
+            return None  # a torn file cannot happen with atomic writes, but never let one block a grid
+
+    def put(self, result: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        """Record a trial result (a TrialResult dict). Earlier attempts are kept in `attempts`."""
+        key = result["key"]
+        old = self.get(key) or {}
+        attempts = old.get("attempts", [])
+        attempts.append({"time": time.time(), "status": result["status"], "error": result.get("error"),
+                         "submission": extra.get("submission")})
+        entry = {**result, **extra, "attempts": attempts[-20:], "recorded_at": time.time()}
+        if old.get("mlflow_run_id") and "mlflow_run_id" not in extra and result["status"] != "ok":
+            entry["previous_mlflow_run_id"] = old["mlflow_run_id"]
+        self._write(key, entry)
+        return entry
+
+    def update(self, key: str, **fields: Any) -> None:
+        entry = self.get(key)
+        if entry is None:
+            raise KeyError(f"no ledger entry for trial {key}")
+        entry.update(fields)
+        self._write(key, entry)
+
+    def _write(self, key: str, entry: dict[str, Any]) -> None:
+        path = self.path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(entry, default=str))
+        os.replace(tmp, path)
+
+    def status(self, key: str) -> str:
+        """"ok", "failed" or "missing"."""
+        entry = self.get(key)
+        return "missing" if entry is None else entry["status"]
+
+    def counts(self, keys: Iterable[str]) -> Counter:
+        return Counter(self.status(k) for k in keys)
+
+    def entries(self, keys: Iterable[str]) -> list[dict[str, Any]]:
+        return [e for k in keys if (e := self.get(k)) is not None]

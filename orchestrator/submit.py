@@ -1,0 +1,261 @@
+"""`submit`: a grid, end to end.
+
+    plan -> datasets (generated once) -> checkpoints (fine-tuned once) -> render cache (Ray Data)
+         -> trials (Ray Tune; ledger + MLflow as each one finishes) -> result tables
+
+Every stage reuses what exists: a second submission of the same grid trains nothing, renders nothing and runs only
+trials without a successful ledger entry (so it also resumes failed ones).
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from orchestrator.grid import GridSpec, load_grid
+from orchestrator.ledger import TrialLedger
+from orchestrator.plan import Paths, Plan, build_plan
+
+
+@dataclass
+class SubmitOptions:
+    results_dir: str = "results"
+    cache_dir: str | None = None
+    tracking_uri: str | None = None           # default: sqlite under results_dir
+    address: str | None = None                # join a running Ray cluster
+    num_cpus: int | None = None               # local Ray only
+    dry_run: bool = False
+    only_failed: bool = False                 # resume: rerun failed cells only
+    rerun: bool = False                       # run every cell again, even successful ones
+    dashboard: bool = True
+
+
+@dataclass
+class SubmitReport:
+    plan: Plan
+    to_run: int
+    done_before: int
+    ok: int = 0
+    failed: int = 0
+    tables: list[Path] = field(default_factory=list)
+    parent_run_id: str | None = None
+    tracking_uri: str | None = None
+    render: Any = None
+    seconds: float = 0.0
+
+
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+def select_trials(plan: Plan, ledger: TrialLedger, only_failed: bool, rerun: bool):
+    status = {t.key: ledger.status(t.key) for t in plan.trials}
+    if rerun:
+        todo = list(plan.trials)
+    elif only_failed:
+        todo = [t for t in plan.trials if status[t.key] == "failed"]
+    else:
+        todo = [t for t in plan.trials if status[t.key] != "ok"]
+    return todo, status
+
+
+def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console) -> None:
+    from collections import Counter
+
+    c = Counter(status.values())
+    console.print(f"[bold]grid[/] {plan.grid.name} ({plan.grid.source}): {len(plan.trials)} trials "
+                  f"({c.get('ok', 0)} done, {c.get('failed', 0)} failed, {c.get('missing', 0)} new) -> "
+                  f"{len(todo)} to run")
+    for name, ds in plan.datasets.items():
+        cells = plan.renders.get(name, [])
+        console.print(f"  dataset {name}: {len(ds.test)} test pairs, {len(cells)} render cells "
+                      f"({len(ds.test) * len(cells)} clips at {plan.resolution}px)")
+    for (backbone, ds), m in plan.models.items():
+        src = m.given_path or ("fine-tune here" + (f" from {m.init_from[0]}" if m.init_from else ""))
+        cached = plan.model_path(backbone, ds).is_file()
+        console.print(f"  checkpoint {backbone}/{ds}: {src}{' (cached)' if cached and not m.given_path else ''}")
+    console.print(f"  render jobs: {plan.render_count()}")
+
+
+def prepare_models(plan: Plan, console: Console) -> dict[str, str]:
+    """Fine-tune the checkpoints the grid does not supply (as Ray tasks, so a cluster's GPU node does the work);
+    returns "backbone|dataset" -> path."""
+    import ray
+
+    paths: dict[str, str] = {}
+    pending = []
+    for (backbone, ds), m in plan.models.items():
+        path = plan.model_path(backbone, ds)
+        paths[f"{backbone}|{ds}"] = str(path)
+        if m.given_path or path.is_file():
+            continue
+        pending.append((backbone, ds, m, path))
+    gpus = 1 if plan.grid.runtime.gpus_per_trial > 0 else 0
+    cpus = max(1, int(ray.available_resources().get("CPU", 1))) if not gpus else 1
+    task = ray.remote(num_cpus=cpus, num_gpus=gpus)(_finetune_task)
+    for backbone, ds, m, path in pending:  # in plan order: clip4clip before the X-Pool that starts from it
+        dsp = plan.datasets[ds]
+        init = paths[f"{m.init_from[0]}|{m.init_from[1]}"] if m.init_from else plan.grid.models.pretrained
+        console.print(f"fine-tuning {backbone} on {ds} ({m.finetune.steps} steps"
+                      f"{', from ' + m.init_from[0] if m.init_from else ''}) ...")
+        t0 = time.time()
+        record = ray.get(task.remote(m.finetune, ds, dsp.root, dsp.options, dsp.version, str(plan.paths.models),
+                                     init))
+        mt = record["metrics"]
+        console.print(f"  {backbone}/{ds}: clean R@1 v2t {mt['v2t_R1']:.1f} / t2v {mt['t2v_R1']:.1f} "
+                      f"({time.time() - t0:.0f}s) -> {path.name}")
+    return paths
+
+
+def _finetune_task(config, dataset: str, root, options, data_version: str, cache_dir: str, init_path):
+    from workloads.backbones.finetune import ensure_finetuned
+    from workloads.datasets import create_dataset
+
+    ds = create_dataset(dataset, root=root, **options)
+    _, record = ensure_finetuned(config, ds.train_split(), ds.test_split(), cache_dir, data_version,
+                                 init_path=init_path, log=lambda s: print(s, flush=True))
+    return record
+
+
+def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
+    console = _console()
+    t_start = time.time()
+    grid = load_grid(grid_path)
+    paths = Paths.make(opts.results_dir, opts.cache_dir)
+    ledger = TrialLedger(paths.ledger)
+    plan = build_plan(grid, paths)
+    todo, status = select_trials(plan, ledger, opts.only_failed, opts.rerun)
+    done_before = sum(1 for s in status.values() if s == "ok")
+    print_plan(plan, status, todo, console)
+    report = SubmitReport(plan, len(todo), done_before)
+    if opts.dry_run:
+        return report
+
+    from orchestrator import ray_env
+
+    info = ray_env.start_ray(opts.address, opts.num_cpus, opts.dashboard)
+    if info.get("dashboard_url"):
+        console.print(f"Ray dashboard: {info['dashboard_url']}  ({ray_env.auth_token_hint()})")
+    try:
+        return _run(plan, grid, todo, ledger, opts, report, console, t_start)
+    finally:
+        if opts.address is None:
+            ray_env.stop_ray()
+
+
+def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, opts: SubmitOptions, report: SubmitReport,
+         console: Console, t_start: float) -> SubmitReport:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from orchestrator import render as render_stage
+    from orchestrator.results import write_tables
+    from orchestrator.tracking import Tracker, default_tracking_uri
+    from orchestrator.tune import TrialEnvironment, run_trials
+    from workloads.methods import NAMES as METHOD_ORDER
+    from workloads.perturbations.video import NAMES as PERT_ORDER
+
+    paths = plan.paths
+    checkpoints = prepare_models(plan, console)
+    summary = render_stage.render(plan, assets=plan_assets(plan), actors=grid.runtime.render_actors, console=console)
+    report.render = summary
+    console.print(summary.line())
+    for f in summary.failures[:10]:
+        console.print(f"  [red]render failed[/] {f['dataset']}/{f['video_id']} {f['perturbation']}/{f['severity']}"
+                      f" ({f['video_path']}): {f['error']}")
+    if summary.nonfaithful:
+        console.print("  fallbacks used (non-faithful renders): " +
+                      ", ".join(f"{k} x{v}" for k, v in summary.nonfaithful.items()))
+
+    tracking_uri = opts.tracking_uri or default_tracking_uri(paths.results)
+    tracker = Tracker(tracking_uri, paths.results)
+    submission = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    parent = tracker.start_parent(grid, Path(grid.source).read_text(),
+                                  {"submission": submission, **plan.summary(), "to_run": len(todo),
+                                   "done_before": report.done_before})
+    report.parent_run_id, report.tracking_uri = parent, tracking_uri
+    console.print(f"MLflow: parent run {parent} in {tracking_uri}  "
+                  f"(mlflow ui --backend-store-uri {tracking_uri})")
+
+    # ledger entries that succeeded but never reached MLflow (driver died after the trial) are logged now
+    for t in plan.trials:
+        e = ledger.get(t.key)
+        if e and e["status"] == "ok" and not e.get("mlflow_run_id"):
+            ledger.update(t.key, mlflow_run_id=tracker.log_trial(parent, grid.name, e))
+
+    counts = {"ok": 0, "failed": 0}
+    status = "FINISHED"
+    if todo:
+        rt = grid.runtime
+        env = TrialEnvironment(render_cache=str(paths.render), gallery_cache=str(paths.gallery),
+                               scores_dir=str(paths.scores(grid.name)) if rt.save_scores else None,
+                               checkpoints=checkpoints,
+                               datasets={n: {"root": d.root, "options": d.options} for n, d in plan.datasets.items()},
+                               use_gpu=rt.gpus_per_trial > 0, threads=max(1, int(rt.cpus_per_trial)))
+        progress = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(), console=console)
+        task = progress.add_task("trials", total=len(todo), failed=0)
+
+        def on_result(result: dict[str, Any]) -> None:
+            entry = ledger.put(result, submission=submission)
+            try:
+                ledger.update(result["key"], mlflow_run_id=tracker.log_trial(parent, grid.name, entry))
+            except Exception as err:  # tracking trouble must not lose the result: the ledger has it
+                console.print(f"[yellow]MLflow logging failed for {result['key']}: {err}[/]")
+            counts[result["status"] if result["status"] == "ok" else "failed"] += 1
+            spec = result["spec"]
+            cell = spec["perturbation"] + (f"/{spec['severity']}" if spec["severity"] else "")
+            if result["status"] == "ok":
+                m = result["metrics"]
+                line = (f"R@1 {m['R1']:5.1f}  skew {m['hub_skewness']:5.2f}  "
+                        f"({result['timings'].get('total_s', 0):.1f}s)")
+            else:
+                line = f"[red]FAILED[/] {result['error']}"
+            progress.console.print(f"  {spec['backbone']:9s} {spec['method']:8s} {spec['direction']} {cell:22s} {line}")
+            progress.update(task, advance=1, failed=counts["failed"])
+
+        def on_crash(spec: dict[str, Any], message: str) -> None:
+            from workloads.spec import TrialSpec
+
+            s = TrialSpec.from_dict(spec)
+            on_result({"key": s.key, "spec": spec, "status": "failed", "error": f"worker crashed: {message}",
+                       "metrics": {}, "timings": {}})
+
+        try:
+            with progress:
+                run_trials(todo, env, storage_path=str(paths.grid_dir(grid.name) / "tune"), name=submission,
+                           cpus_per_trial=rt.cpus_per_trial, gpus_per_trial=rt.gpus_per_trial,
+                           max_failures=rt.max_failures, max_concurrent=rt.max_concurrent_trials,
+                           on_result=on_result, on_crash=on_crash)
+        except KeyboardInterrupt:
+            status = "KILLED"
+            console.print("[yellow]interrupted: finished trials are in the ledger; `resume` runs the rest[/]")
+        finally:
+            report.ok, report.failed = counts["ok"], counts["failed"]
+    entries = ledger.entries(t.key for t in plan.trials)
+    report.tables = write_tables(entries, paths.grid_dir(grid.name), list(PERT_ORDER), list(METHOD_ORDER),
+                                 grid.backbones)
+    n_ok = sum(e["status"] == "ok" for e in entries)
+    tracker.finish_parent(parent, {"trials_ok": n_ok, "trials_failed": sum(e["status"] == "failed" for e in entries),
+                                   "trials_missing": len(plan.trials) - len(entries), "ran_now_ok": counts["ok"],
+                                   "ran_now_failed": counts["failed"], "render_failed": summary.failed},
+                          report.tables, status if counts["failed"] == 0 else "FAILED")
+    report.seconds = time.time() - t_start
+    console.print(f"done in {report.seconds:.0f}s: {counts['ok']} trials ok, {counts['failed']} failed now; "
+                  f"{n_ok}/{len(plan.trials)} cells of the grid done")
+    for f in report.tables:
+        console.print(f"  {f}")
+    if status == "KILLED":
+        raise KeyboardInterrupt
+    return report
+
+
+def plan_assets(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Per-dataset perturbation assets (heavy assets are local paths in the grid)."""
+    return {name: {} for name in plan.datasets}
+
+
+__all__ = ["SubmitOptions", "SubmitReport", "submit", "select_trials", "print_plan"]

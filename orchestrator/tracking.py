@@ -1,0 +1,120 @@
+"""MLflow tracking: one parent run per submission, one child run per trial (tag `mlflow.parentRunId`).
+
+Only the driver logs (one writer: sqlite stays free of "database is locked"). Runs are addressed by id through
+`MlflowClient`, never through the fluent active-run state, so logging from a Tune callback is safe.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+GRID_AXES = ("dataset", "direction", "scenario", "perturbation", "severity", "method", "backbone", "seed")
+PARAMS = GRID_AXES + ("faithful", "source_dataset", "clip_model", "batch_size", "steps", "num_frames",
+                      "resolution", "precision", "hub_k", "options", "model_version", "data_version")
+
+
+def default_tracking_uri(results_dir: str | os.PathLike) -> str:
+    return f"sqlite:///{Path(results_dir).resolve() / 'mlflow.db'}"
+
+
+class Tracker:
+    def __init__(self, tracking_uri: str, results_dir: str | os.PathLike):
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        self.uri = tracking_uri
+        self.results_dir = Path(results_dir).resolve()
+        mlflow.set_tracking_uri(tracking_uri)
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+
+    def experiment(self, grid_name: str) -> str:
+        name = f"mlvp/{grid_name}"
+        exp = self.client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        artifact_location = None
+        if self.uri.startswith("sqlite:") or "://" not in self.uri:
+            # mlflow's default is ./mlruns relative to wherever the user stands; keep artifacts beside the store
+            artifact_location = (self.results_dir / "mlartifacts" / grid_name).as_uri()
+        return self.client.create_experiment(name, artifact_location=artifact_location)
+
+    def start_parent(self, grid, grid_text: str, summary: dict[str, Any]) -> str:
+        exp = self.experiment(grid.name)
+        run = self.client.create_run(exp, run_name=f"{grid.name} submission",
+                                     tags={"mlvp.kind": "submission", "mlvp.grid": grid.name,
+                                           "mlvp.grid_file": grid.source})
+        rid = run.info.run_id
+        params = {k: v for k, v in summary.items() if isinstance(v, (str, int, float, bool))}
+        self._log_batch(rid, params=params)
+        self.log_text(rid, grid_text, Path(grid.source).name or "grid.yaml")
+        return rid
+
+    def log_trial(self, parent_id: str, grid_name: str, entry: dict[str, Any]) -> str:
+        """A child run for one trial result (ledger entry). Failed trials become FAILED runs with the error."""
+        spec = entry["spec"]
+        exp = self.experiment(grid_name)
+        label = _label(spec)
+        tags = {"mlflow.parentRunId": parent_id, "mlvp.kind": "trial", "mlvp.trial_key": entry["key"],
+                "mlvp.status": entry["status"], "mlvp.faithful": str(spec.get("faithful"))}
+        if entry.get("fallbacks"):
+            tags["mlvp.fallbacks"] = "; ".join(entry["fallbacks"])[:4900]
+        if entry.get("error"):
+            tags["mlvp.error"] = entry["error"][:4900]
+        run = self.client.create_run(exp, run_name=label, tags=tags)
+        rid = run.info.run_id
+        params = {k: spec[k] for k in PARAMS if k in spec}
+        # R1/R5/R10 = R@1/5/10 in percent (mlflow metric names cannot contain '@')
+        metrics = dict(entry.get("metrics", {}))
+        metrics.update({f"time_{k}": v for k, v in entry.get("timings", {}).items()})
+        metrics["n_queries"] = entry.get("n_queries", 0)
+        metrics["n_dropped"] = len(entry.get("dropped", []))
+        if entry.get("faithful_renders") is not None:
+            metrics["faithful_renders"] = entry["faithful_renders"]
+        self._log_batch(rid, params=params, metrics=metrics)
+        artifacts = {"k_occurrence.json": {"k": spec.get("hub_k"), "counts": entry.get("k_occurrence", [])}}
+        if entry.get("dropped"):
+            artifacts["dropped_queries.json"] = entry["dropped"]
+        if entry.get("traceback"):
+            artifacts["traceback.txt"] = entry["traceback"]
+        self.log_files(rid, artifacts)
+        self.client.set_terminated(rid, status="FINISHED" if entry["status"] == "ok" else "FAILED")
+        return rid
+
+    def finish_parent(self, parent_id: str, metrics: dict[str, float], files: list[Path], status: str) -> None:
+        self._log_batch(parent_id, metrics=metrics)
+        for f in files:
+            if Path(f).is_file():
+                self.client.log_artifact(parent_id, str(f), artifact_path="tables")
+        self.client.set_terminated(parent_id, status=status)
+
+    # -- helpers -----------------------------------------------------------------------------------------------
+    def _log_batch(self, run_id: str, params: dict | None = None, metrics: dict | None = None) -> None:
+        from mlflow.entities import Metric, Param
+
+        now = int(time.time() * 1000)
+        ps = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
+        ms = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items() if v is not None]
+        # mlflow batch limits: 100 params, 1000 metrics per call
+        for i in range(0, max(len(ps), 1), 100):
+            self.client.log_batch(run_id, params=ps[i:i + 100])
+        for i in range(0, len(ms), 1000):
+            self.client.log_batch(run_id, metrics=ms[i:i + 1000])
+
+    def log_text(self, run_id: str, text: str, name: str) -> None:
+        self.client.log_text(run_id, text, name)
+
+    def log_files(self, run_id: str, files: dict[str, Any]) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            for name, content in files.items():
+                p = Path(d) / name
+                p.write_text(content if isinstance(content, str) else json.dumps(content))
+            self.client.log_artifacts(run_id, d)
+
+
+def _label(spec: dict[str, Any]) -> str:
+    cell = spec["perturbation"] if not spec["severity"] else f"{spec['perturbation']}-{spec['severity']}"
+    return f"{spec['dataset']}/{spec['direction']}/{spec['backbone']}/{spec['method']}/{cell}"

@@ -1,0 +1,128 @@
+"""Trials on Ray Tune: one Tune trial per grid cell, each `workloads.trial.run` in a worker.
+
+- A trial reports once, with its whole result. A driver-side callback writes the ledger and the MLflow child run as
+  each trial finishes (one writer for both, nothing lost if the driver dies later).
+- Failures inside a trial (bad data, NaN scores) come back as failed results: deterministic, so not retried. A crashed
+  worker (OOM, segfault) is a Tune error, retried `max_failures` times, then recorded as failed.
+- Tune's auto CSV/JSON loggers are off (they cost ~300 KB of driver memory per trial at thousands of trials);
+  actors are reused so a worker imports torch and loads a checkpoint once for many trials.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ray import tune
+
+from workloads.spec import TrialSpec
+
+
+@dataclass
+class TrialEnvironment:
+    """What a worker needs to find things, keyed by dataset and (backbone, dataset); JSON-able, small."""
+
+    render_cache: str
+    gallery_cache: str
+    scores_dir: str | None
+    checkpoints: dict[str, str]                 # "backbone|dataset" -> checkpoint path
+    datasets: dict[str, dict[str, Any]]         # dataset -> {"root": ..., "options": {...}}
+    use_gpu: bool
+    threads: int
+
+    def context_for(self, spec: TrialSpec):
+        from workloads.trial import TrialContext
+
+        ds = self.datasets[spec.dataset]
+        return TrialContext(render_cache=self.render_cache, gallery_cache=self.gallery_cache,
+                            checkpoint=self.checkpoints[f"{spec.backbone}|{spec.source_dataset or spec.dataset}"],
+                            dataset_root=ds["root"], dataset_options=ds["options"], scores_dir=self.scores_dir,
+                            device="cuda" if self.use_gpu else "cpu", threads=self.threads)
+
+
+def trial_trainable(config: dict[str, Any], env: dict[str, Any]) -> None:
+    """The Tune function trainable: run one trial and report its full result once."""
+    from workloads.trial import run
+
+    spec = TrialSpec.from_dict(config["spec"])
+    result = run(spec, TrialEnvironment(**env).context_for(spec))
+    metrics = {k: v for k, v in result.metrics.items() if k in ("R1", "R5", "R10", "MdR", "MnR")}
+    tune.report({"trial_ok": result.status == "ok", **metrics, "result_json": json.dumps(result.to_dict())})
+
+
+def _short_name(trial) -> str:
+    s = trial.config["spec"]
+    cell = s["perturbation"] if not s["severity"] else f"{s['perturbation']}{s['severity']}"
+    return f"{s['backbone']}_{s['method']}_{s['direction']}_{cell}_{TrialSpec.from_dict(s).key[:8]}"
+
+
+class TrialRecorder(tune.Callback):
+    """Driver side Tune callback: hands every finished trial's result to `on_result` exactly once, and a trial
+    whose worker crashed (after Tune's retries) to `on_crash`. Module-level so Tune pickles it by reference."""
+
+    def __init__(self, on_result: Callable[[dict[str, Any]], None], on_crash: Callable[[dict[str, Any], str], None]):
+        self.seen: set[str] = set()
+        self.on_result, self.on_crash = on_result, on_crash
+
+    def __getstate__(self):
+        # Tune pickles callbacks into tuner.pkl for Tuner.restore; ours hold the driver's ledger, tracker and
+        # console, which only mean something in this process. A restored copy records nothing.
+        return {"seen": set(self.seen)}
+
+    def __setstate__(self, state):
+        self.seen = state["seen"]
+        self.on_result = self.on_crash = _ignore
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if "result_json" in result and trial.trial_id not in self.seen:
+            self.seen.add(trial.trial_id)
+            self.on_result(json.loads(result["result_json"]))
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        if trial.trial_id in self.seen:
+            return
+        self.seen.add(trial.trial_id)
+        try:
+            err = trial.get_error()
+            message = f"{type(err).__name__}: {err}" if err is not None else "worker failed"
+        except Exception:  # never let bookkeeping kill the run
+            message = "worker failed (no error recorded by Tune)"
+        self.on_crash(trial.config["spec"], message)
+
+
+def _ignore(*args: Any) -> None:
+    return None
+
+
+def run_trials(specs: list[TrialSpec], env: TrialEnvironment, *, storage_path: str, name: str, cpus_per_trial: float,
+               gpus_per_trial: float, max_failures: int, max_concurrent: int | None,
+               on_result: Callable[[dict[str, Any]], None], on_crash: Callable[[dict[str, Any], str], None]):
+    """Run the trials on the connected Ray cluster; returns Tune's ResultGrid."""
+    from dataclasses import asdict
+
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    trainable = tune.with_resources(tune.with_parameters(trial_trainable, env=asdict(env)),
+                                    {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
+    tuner = tune.Tuner(
+        trainable,
+        param_space={"spec": tune.grid_search([s.to_dict() for s in specs])},
+        tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=max_concurrent,
+                                    trial_name_creator=_short_name, trial_dirname_creator=_short_name),
+        run_config=tune.RunConfig(name=name, storage_path=storage_path, verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=max_failures),
+                                  callbacks=[TrialRecorder(on_result, on_crash)]),
+    )
+    t0 = time.time()
+    # the ledger is our record: with Tune's file loggers off, its ResultGrid cannot read per-trial files and would
+    # warn once per trial
+    analysis_log = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    level = analysis_log.level
+    analysis_log.setLevel(logging.ERROR)
+    try:
+        grid = tuner.fit()
+    finally:
+        analysis_log.setLevel(level)
+    return grid, time.time() - t0

@@ -1,0 +1,106 @@
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.grid import GridError, load_grid, parse_grid
+from orchestrator.plan import Paths, build_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BASE = {
+    "name": "t",
+    "datasets": {"synthetic": {}},
+    "backbones": ["clip4clip"],
+    "methods": ["source"],
+    "query_shift": {"datasets": ["synthetic"], "perturbations": ["gaussian_noise"], "severities": [1]},
+}
+
+
+def grid_with(**changes):
+    g = copy.deepcopy(BASE)
+    for dotted, value in changes.items():
+        node = g
+        *parents, last = dotted.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return g
+
+
+def error_of(data) -> str:
+    with pytest.raises(GridError) as info:
+        parse_grid(data, "g.yaml")
+    msg = str(info.value)
+    assert "\n" not in msg, "errors are one line"
+    return msg
+
+
+def test_quickstart_grid_is_valid_and_plans_the_issue_matrix():
+    grid = load_grid(ROOT / "grids" / "quickstart.yaml")
+    assert grid.backbones == ["clip4clip", "xpool"] and grid.methods == ["source", "tent"]
+    plan = build_plan(grid, Paths.make("/tmp/mlvp-grid-test"))
+    # (clean + 2 perturbations x 3 severities) x 2 backbones x 2 methods
+    assert len(plan.trials) == (1 + 2 * 3) * 2 * 2
+    assert {t.direction for t in plan.trials} == {"v2t"}
+    assert len({t.key for t in plan.trials}) == len(plan.trials)
+    assert plan.renders["synthetic"][0] == ("clean", 0) and len(plan.renders["synthetic"]) == 7
+
+
+def test_unknown_key_names_the_key_and_allowed_keys():
+    msg = error_of(grid_with(query_shift__perturbation=["fog"]))
+    assert msg.startswith("g.yaml: query_shift.perturbation: unknown key")
+    assert "perturbations" in msg
+    msg = error_of(grid_with(bogus=1))
+    assert "bogus: unknown key" in msg and "backbones" in msg
+
+
+def test_wrong_types():
+    assert "runtime.batch_size: expected an integer, got 'sixteen'" in error_of(grid_with(runtime__batch_size="sixteen"))
+    assert "faithful: expected true/false" in error_of(grid_with(faithful="yes"))
+    assert "methods: expected a list of strings" in error_of(grid_with(methods="tent"))
+    assert "query_shift.severities[0]: expected an integer" in error_of(grid_with(query_shift__severities=[1.5]))
+
+
+def test_unknown_names_list_the_allowed_values():
+    msg = error_of(grid_with(methods=["source", "tnet"]))
+    assert "methods[1]: unknown method 'tnet'" in msg and "tent" in msg
+    msg = error_of(grid_with(backbones=["clip"]))
+    assert "unknown backbone 'clip'" in msg and "clip4clip" in msg and "xpool" in msg
+    msg = error_of(grid_with(query_shift__perturbations=["gaussian"]))
+    assert "unknown video perturbation 'gaussian'" in msg and "gaussian_noise" in msg
+    msg = error_of(grid_with(query_shift__severities=[6]))
+    assert "unknown severity 6" in msg
+    msg = error_of(grid_with(datasets={"msrvt": {}}))
+    assert "unknown dataset 'msrvt'" in msg and "msrvtt" in msg
+    msg = error_of(grid_with(query_shift__datasets=["msrvtt"]))
+    assert "declare it under datasets" in msg
+
+
+def test_missing_required_and_bad_values():
+    g = copy.deepcopy(BASE)
+    del g["methods"]
+    assert "methods: required key is missing" in error_of(g)
+    assert "runtime.precision: 'fp16' is not allowed" in error_of(grid_with(runtime__precision="fp16"))
+    assert "runtime.steps: must be >= 1" in error_of(grid_with(runtime__steps=0))
+    assert "duplicate method 'source'" in error_of(grid_with(methods=["source", "source"]))
+    assert "checkpoint file not found" in error_of(grid_with(models__checkpoints={"clip4clip": {"synthetic": "/nope.pt"}}))
+    assert "directory not found" in error_of(grid_with(datasets={"synthetic": {"root": "/no/such/dir"}}))
+
+
+def test_load_grid_file_errors(tmp_path):
+    with pytest.raises(GridError, match="grid file not found"):
+        load_grid(tmp_path / "none.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(GridError, match="not valid YAML"):
+        load_grid(bad)
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(BASE))
+    assert load_grid(good).source == str(good)
+
+
+def test_every_shipped_grid_is_valid():
+    for path in sorted((ROOT / "grids").glob("*.yaml")):
+        load_grid(path)

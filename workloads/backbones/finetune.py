@@ -1,0 +1,186 @@
+"""Source fine-tuning: train a retrieval model on a dataset's clean train split (symmetric InfoNCE, as the X-Pool
+trainer, s4.1), evaluate clean test retrieval, and cache the checkpoint by a content hash of everything that
+determines it (config, data fingerprint, init weights, code version).
+
+This is how the embedded default gets a model without downloading one: `mlvp-tiny` trained for a few minutes on the
+synthetic train split. The same code fine-tunes any open_clip model on any registered dataset.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from workloads import CODE_VERSION
+from workloads.backbones import create_backbone, load_checkpoint, save_backbone
+from workloads.backbones.model import VideoTextModel, cosine_similarity
+from workloads.datasets.base import Split
+from workloads.seeding import digest
+from workloads.video_io import read_frames, read_video, resize_center_crop, uniform_indices
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    backbone: str = "clip4clip"
+    clip_model: str = "mlvp-tiny"
+    init: str = ""                      # identity of the starting weights ("" = random init), part of the key
+    steps: int = 1500
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.2
+    warmup: float = 0.1                 # fraction of steps
+    frames_per_clip: int = 4            # random frames per train clip per step (1 = image-caption training)
+    eval_frames: int = 12
+    precision: str = "bf16"             # autocast dtype on the training device ("fp32" or "bf16")
+    seed: int = 0
+    pooling_kwargs: dict = field(default_factory=dict)
+
+    def key(self, dataset: str, data_version: str) -> str:
+        """Content key: config (with the init weights' identity), data version, code version."""
+        return digest({"config": asdict(self), "dataset": dataset, "data": data_version, "code": CODE_VERSION})
+
+
+def decode_split(split: Split, num_frames: int | None, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Decode each distinct clip of a split once: returns (clips uint8 [V, F, size, size, 3], clip index per pair).
+    num_frames None keeps every frame (clips of unequal length are brought to the shortest by the uniform rule),
+    else the uniform rule picks num_frames."""
+    clips: list[np.ndarray] = []
+    seen: dict[str, int] = {}
+    index = []
+    for pair in split.pairs:
+        if pair.video_id not in seen:
+            frames = read_video(pair.video_path) if num_frames is None else read_frames(pair.video_path, num_frames)
+            seen[pair.video_id] = len(clips)
+            clips.append(resize_center_crop(frames, size))
+        index.append(seen[pair.video_id])
+    n = min(len(c) for c in clips)
+    clips = [c if len(c) == n else c[uniform_indices(len(c), n)] for c in clips]
+    return np.stack(clips), np.asarray(index, dtype=np.int64)
+
+
+def clip_loss(model: VideoTextModel, text: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+    """Symmetric InfoNCE with CLIP's learnable logit scale (clamped at ln 100). Mean pooling averages L2-normalised
+    frames as the X-Pool trainer does for the baseline; X-Pool pools raw features."""
+    if not model.pooling.text_conditioned:
+        frames = F.normalize(frames, dim=-1)
+    sims = cosine_similarity(text, model.pool(text, frames))          # [Nt, Nv]
+    scale = model.clip.logit_scale.clamp(max=math.log(100)).exp()
+    logits = sims * scale
+    target = torch.arange(len(text), device=logits.device)
+    return (F.cross_entropy(logits, target) + F.cross_entropy(logits.t(), target)) / 2
+
+
+@torch.no_grad()
+def evaluate(model: VideoTextModel, frames_uint8: np.ndarray, captions: list[str], chunk: int = 64) -> dict:
+    """Clean retrieval of a test split with one caption per video: R@1/5/10, MdR, MnR for v2t and t2v."""
+    from workloads.metrics import retrieval_metrics
+
+    model.eval()
+    text = torch.cat([model.encode_text(model.tokenize(captions[i:i + chunk])) for i in range(0, len(captions), chunk)])
+    frames = torch.cat([model.encode_frames(model.preprocess_frames(torch.from_numpy(frames_uint8[i:i + chunk])))
+                        for i in range(0, len(frames_uint8), chunk)])
+    if not model.pooling.text_conditioned:
+        frames = F.normalize(frames, dim=-1)
+    sims = torch.cat([cosine_similarity(text[i:i + chunk], model.pool(text[i:i + chunk], frames))
+                      for i in range(0, len(text), chunk)])           # [Nt, Nv]
+    gt = np.arange(len(captions))
+    out = {f"t2v_{k}": v for k, v in retrieval_metrics(sims, gt).items()}
+    out.update({f"v2t_{k}": v for k, v in retrieval_metrics(sims.t(), gt).items()})
+    return out
+
+
+def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | Path,
+             init_path: str | None = None, log: Callable[[str], None] = print) -> dict:
+    """Train, evaluate on the clean test split, save the checkpoint to out_path; returns the record.
+    `init_path`: open_clip weights or an mlvp checkpoint (of any pooling head: only its CLIP is taken) to start
+    from; its identity must be in `config.init`."""
+    if bool(init_path) != bool(config.init):
+        raise ValueError("pass init_path exactly when config.init names the starting weights")
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    model = create_backbone(config.backbone, config.clip_model, pretrained=init_path, clip_only=True,
+                            **config.pooling_kwargs)
+    size = model.image_size
+    t0 = time.time()
+    train_clips, clip_of_pair = decode_split(train, None, size)      # [V, F, S, S, 3] uint8
+    tokens = model.tokenize(train.captions)
+    test_frames, test_index = decode_split(test, config.eval_frames, size)
+    if len(set(test_index.tolist())) != len(test_index):
+        raise ValueError(f"test split {test.dataset} repeats videos; evaluation expects one caption per video")
+    log(f"decoded {len(train_clips)} train / {len(test_frames)} test clips at {size}px in {time.time() - t0:.1f}s")
+
+    # videos may carry several captions: sample one caption per distinct video per batch (no false negatives)
+    by_video: dict[str, list[int]] = {}
+    for i, p in enumerate(train.pairs):
+        by_video.setdefault(p.video_id, []).append(i)
+    groups = list(by_video.values())
+    bs = min(config.batch_size, len(groups))
+
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "ln" in name or "norm" in name or "logit_scale" in name else decay).append(p)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
+    warm = max(1, int(config.warmup * config.steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / config.steps))))
+    autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if config.precision == "bf16"
+                else torch.autocast("cpu", enabled=False))
+    n_frames_total = train_clips.shape[1]
+    model.train()
+    t0, order, pos = time.time(), rng.permutation(len(groups)), 0
+    for step in range(config.steps):
+        if pos + bs > len(order):
+            order, pos = rng.permutation(len(groups)), 0
+        chosen = order[pos:pos + bs]
+        pos += bs
+        rows = np.array([groups[g][rng.integers(len(groups[g]))] for g in chosen])
+        # random frames per clip, kept in temporal order (the trail cue encodes direction, order keeps it honest)
+        fidx = np.sort(np.stack([rng.choice(n_frames_total, config.frames_per_clip, replace=False)
+                                 for _ in rows]), axis=1)
+        clips = torch.from_numpy(train_clips[clip_of_pair[rows][:, None], fidx])   # [B, f, S, S, 3]
+        with autocast:
+            text = model.encode_text(tokens[rows])
+            frames = model.encode_frames(model.preprocess_frames(clips))
+            loss = clip_loss(model, text.float(), frames.float())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % max(1, config.steps // 10) == 0 or step == config.steps - 1:
+            log(f"step {step + 1}/{config.steps} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
+    train_seconds = time.time() - t0
+    metrics = evaluate(model, test_frames, test.captions)
+    record = {"config": asdict(config), "train_fingerprint": train.fingerprint, "test_fingerprint":
+              test.fingerprint, "train_seconds": train_seconds, "metrics": metrics, "code_version": CODE_VERSION}
+    save_backbone(model, out_path, record=json.dumps(record))
+    log(f"clean test R@1 v2t {metrics['v2t_R1']:.1f} / t2v {metrics['t2v_R1']:.1f} after {train_seconds:.0f}s")
+    return record
+
+
+def checkpoint_path(config: FinetuneConfig, dataset: str, data_version: str, cache_dir: str | Path) -> Path:
+    return Path(cache_dir) / f"{config.backbone}-{config.clip_model}-{dataset}-{config.key(dataset, data_version)}.pt"
+
+
+def ensure_finetuned(config: FinetuneConfig, train: Split, test: Split, cache_dir: str | Path, data_version: str,
+                     init_path: str | None = None, log: Callable[[str], None] = print) -> tuple[Path, dict]:
+    """Return (checkpoint path, record), training only when no checkpoint with the same content key exists."""
+    path = checkpoint_path(config, train.dataset, data_version, cache_dir)
+    if path.is_file():
+        try:
+            record = json.loads(load_checkpoint(str(path))["record"])
+            log(f"reusing fine-tuned {config.backbone} checkpoint {path.name}")
+            return path, record
+        except Exception as err:  # unreadable: retrain rather than fail
+            log(f"cached checkpoint {path} unreadable ({err}); retraining")
+            os.unlink(path)
+    return path, finetune(config, train, test, path, init_path=init_path, log=log)

@@ -1,0 +1,181 @@
+"""The render cache: perturbed (or clean) query clips, uint8 at model resolution, content-addressed.
+
+One file per clip: `<root>/<dataset>/<perturbation>_<severity>/<video>-<digest>.npz` holding `frames` uint8
+[num_frames, R, R, 3] and `meta` (JSON: the key, faithful flag, fallbacks, frames' sha256). Written to a temporary
+name and renamed, so readers never see half a file; a truncated or corrupt file fails its checksum and is
+re-rendered. A clip that fails to render leaves `<...>.failed.json` (path and error) instead; failures are retried
+on the next submission, successes never are.
+
+`render_video` is the pure per-video worker: decode once, render every requested (perturbation, severity) from
+that one decode, resize/centre-crop, write. The orchestrator fans it out over Ray Data actors.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workloads import CODE_VERSION
+from workloads.seeding import digest, stable_seed
+from workloads.spec import CLEAN
+from workloads.video_io import read_video, resize_center_crop
+
+
+class CacheMiss(KeyError):
+    pass
+
+
+class CacheCorrupt(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class RenderKey:
+    dataset: str
+    data_version: str
+    video_id: str
+    perturbation: str
+    severity: int
+    seed: int
+    num_frames: int
+    resolution: int
+
+    @property
+    def digest(self) -> str:
+        return digest({"key": asdict(self), "code": CODE_VERSION}, length=16)
+
+    @property
+    def perturbation_seed(self) -> int:
+        """Seed of this clip's random stream: per (dataset, video, perturbation, severity, grid seed)."""
+        return stable_seed(self.dataset, self.video_id, self.perturbation, self.severity, self.seed)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _safe(name: str) -> str:
+    return _UNSAFE.sub("_", name)[:80]
+
+
+class RenderCache:
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    def path(self, key: RenderKey) -> Path:
+        return (self.root / _safe(key.dataset) / f"{_safe(key.perturbation)}_{key.severity}"
+                / f"{_safe(key.video_id)}-{key.digest}.npz")
+
+    def failure_path(self, key: RenderKey) -> Path:
+        p = self.path(key)
+        return p.with_name(p.name[:-4] + ".failed.json")
+
+    def write(self, key: RenderKey, frames: np.ndarray, meta: dict[str, Any]) -> Path:
+        frames = np.ascontiguousarray(frames, dtype=np.uint8)
+        meta = {**meta, "key": asdict(key), "sha256": hashlib.sha256(frames.tobytes()).hexdigest(),
+                "shape": list(frames.shape)}
+        path = self.path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.savez(f, frames=frames, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
+        os.replace(tmp, path)
+        self.failure_path(key).unlink(missing_ok=True)
+        return path
+
+    def write_failure(self, key: RenderKey, video_path: str, error: str) -> None:
+        path = self.failure_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": asdict(key), "video_path": video_path, "error": error,
+                                   "time": time.time()}))
+        os.replace(tmp, path)
+
+    def failure(self, key: RenderKey) -> dict | None:
+        try:
+            return json.loads(self.failure_path(key).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def read(self, key: RenderKey) -> tuple[np.ndarray, dict[str, Any]]:
+        path = self.path(key)
+        if not path.is_file():
+            raise CacheMiss(str(path))
+        try:
+            with np.load(path) as z:
+                frames = z["frames"]
+                meta = json.loads(z["meta"].tobytes().decode())
+        except Exception as err:
+            raise CacheCorrupt(f"{path}: {type(err).__name__}: {err}") from err
+        if list(frames.shape) != meta.get("shape") or hashlib.sha256(frames.tobytes()).hexdigest() != meta.get("sha256"):
+            raise CacheCorrupt(f"{path}: checksum mismatch")
+        return frames, meta
+
+    def probe(self, key: RenderKey) -> dict[str, Any]:
+        """Cheap check that an entry exists and is whole: opens the archive's directory and reads the small meta
+        member, not the frames (a truncated file fails here; bit rot is caught by `read`'s checksum)."""
+        path = self.path(key)
+        if not path.is_file():
+            raise CacheMiss(str(path))
+        try:
+            with np.load(path) as z:
+                if "frames" not in z.files:
+                    raise KeyError("frames")
+                return json.loads(z["meta"].tobytes().decode())
+        except Exception as err:
+            raise CacheCorrupt(f"{path}: {type(err).__name__}: {err}") from err
+
+    def is_valid(self, key: RenderKey) -> bool:
+        try:
+            self.read(key)
+            return True
+        except (CacheMiss, CacheCorrupt):
+            return False
+
+
+def render_video(video_path: str, keys: list[RenderKey], cache: RenderCache,
+                 assets: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Render every key of one source video from a single decode. Never raises for a bad video or a failing
+    perturbation: each key gets a status record {digest, status: ok|failed, error, faithful, seconds}."""
+    from workloads.perturbations import video as vp
+
+    assets = dict(assets or {})
+    out: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    try:
+        video = read_video(video_path)
+    except Exception as err:  # a corrupt video fails its keys, not the grid
+        msg = f"{type(err).__name__}: {err}"
+        for key in keys:
+            cache.write_failure(key, video_path, msg)
+            out.append({"digest": key.digest, "status": "failed", "error": msg, "faithful": None,
+                        "seconds": time.perf_counter() - t0})
+        return out
+    for key in keys:
+        t1 = time.perf_counter()
+        try:
+            if key.perturbation == CLEAN:
+                from workloads.video_io import uniform_indices
+
+                frames = video[uniform_indices(len(video), key.num_frames)]
+                meta: dict[str, Any] = {"faithful": True}
+            else:
+                r = vp.render(key.perturbation, video, key.severity, seed=key.perturbation_seed,
+                              num_frames=key.num_frames, **assets)
+                frames, meta = r.frames, r.meta
+            cache.write(key, resize_center_crop(frames, key.resolution), meta)
+            out.append({"digest": key.digest, "status": "ok", "error": None, "faithful": bool(meta["faithful"]),
+                        "fallback": meta.get("fallback"), "seconds": time.perf_counter() - t1})
+        except Exception as err:
+            msg = f"{type(err).__name__}: {err}"
+            cache.write_failure(key, video_path, msg + "\n" + traceback.format_exc(limit=5))
+            out.append({"digest": key.digest, "status": "failed", "error": msg, "faithful": None,
+                        "seconds": time.perf_counter() - t1})
+    return out

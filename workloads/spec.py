@@ -1,0 +1,77 @@
+"""A trial as pure data: one cell of the MLVP matrix.
+
+`TrialSpec` holds every input that determines a trial's result (axes, seeds, runtime knobs, data and model
+versions) and nothing about where files live, so its `key` can index a ledger across machines and re-submissions.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from workloads import CODE_VERSION
+from workloads.seeding import digest
+
+SCENARIOS = ("query_shift", "cross_dataset", "zero_shot")
+CLEAN = "clean"
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    dataset: str                 # target dataset (queries and gallery)
+    direction: str               # "v2t" (video queries) or "t2v" (text queries)
+    scenario: str                # query_shift | cross_dataset | zero_shot
+    perturbation: str            # "clean" or a perturbation name of the query modality
+    severity: int                # 0 for clean
+    method: str
+    backbone: str
+    seed: int = 0
+    faithful: bool = True
+    source_dataset: str = ""     # where the checkpoint was fine-tuned ("" = the target; "none" = zero-shot)
+    clip_model: str = "mlvp-tiny"
+    model_version: str = ""      # content key of the weights (fine-tune key or file digest)
+    data_version: str = ""       # content key of the dataset's annotations / generator config
+    batch_size: int = 16
+    steps: int = 3
+    num_frames: int = 12
+    resolution: int = 64
+    precision: str = "fp32"
+    hub_k: int = 10
+    options: str = "{}"          # method options (lr override, ablation switches) as canonical JSON
+
+    def __post_init__(self):
+        if self.direction not in ("v2t", "t2v"):
+            raise ValueError(f"direction must be 'v2t' or 't2v', got {self.direction!r}")
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"scenario must be one of {SCENARIOS}, got {self.scenario!r}")
+        if (self.perturbation == CLEAN) != (self.severity == 0):
+            raise ValueError(f"clean trials have severity 0 and perturbed ones 1..; got {self.perturbation!r} "
+                             f"at severity {self.severity}")
+        # canonicalise options so equal dicts give equal keys
+        object.__setattr__(self, "options", json.dumps(json.loads(self.options), sort_keys=True))
+
+    @property
+    def method_options(self) -> dict[str, Any]:
+        return json.loads(self.options)
+
+    @property
+    def key(self) -> str:
+        """Content hash of the spec and the code version: the trial ledger's index."""
+        return digest({"spec": asdict(self), "code": CODE_VERSION}, length=20)
+
+    @property
+    def label(self) -> str:
+        cell = self.perturbation if self.severity == 0 else f"{self.perturbation}/{self.severity}"
+        src = f" from {self.source_dataset}" if self.scenario != "query_shift" else ""
+        return f"{self.dataset}{src} {self.direction} {self.backbone} {self.method} {cell}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrialSpec":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown TrialSpec fields {sorted(unknown)}")
+        return cls(**d)

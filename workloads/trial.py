@@ -1,0 +1,224 @@
+"""One trial, end to end, without Ray or MLflow: `run(spec, context) -> TrialResult`.
+
+    dataset test split -> model (fine-tuned checkpoint) -> gallery features (encoded once, cached on disk)
+    -> query stream (rendered clips from the render cache, or captions) -> online TTA -> scores -> metrics
+
+A query clip missing from the render cache (its video failed to decode or perturb) is dropped from the stream and
+listed in the result: a corrupt video fails that video, not the trial. In t2v a failed gallery video also drops
+the caption that points at it.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import os
+import platform
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from workloads import CODE_VERSION
+from workloads.backbones import create_backbone
+from workloads.backbones.model import VideoTextModel
+from workloads.datasets import create_dataset
+from workloads.datasets.base import Split
+from workloads.methods import Gallery, NonFiniteError, QueryBatch, create_method, run_stream
+from workloads.metrics import k_occurrence, summarise
+from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
+from workloads.seeding import digest
+from workloads.spec import CLEAN, TrialSpec
+
+
+@dataclass
+class TrialContext:
+    """Where a trial finds things; not part of the trial key."""
+
+    render_cache: str
+    checkpoint: str | None                  # mlvp checkpoint or open_clip weights; None = random init
+    dataset_root: str | None = None
+    dataset_options: dict[str, Any] = field(default_factory=dict)
+    gallery_cache: str | None = None        # where encoded galleries are kept (None: not cached)
+    scores_dir: str | None = None           # save the final score matrix (fp16 .npy) here when given
+    device: str = "cpu"
+    threads: int | None = None              # torch intra-op threads (None: leave as is)
+
+
+@dataclass
+class TrialResult:
+    key: str
+    spec: dict[str, Any]
+    status: str                             # "ok" | "failed"
+    metrics: dict[str, float] = field(default_factory=dict)
+    k_occurrence: list[int] = field(default_factory=list)
+    n_queries: int = 0
+    n_gallery: int = 0
+    dropped: list[dict[str, str]] = field(default_factory=list)
+    faithful_renders: float | None = None   # share of query clips rendered faithfully (v2t)
+    fallbacks: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    traceback: str | None = None
+    failed_batch: int | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+    scores_path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@functools.lru_cache(maxsize=2)
+def _base_model(backbone: str, clip_model: str, checkpoint: str | None) -> VideoTextModel:
+    # built once per process; trials get deep copies (adaptation mutates LayerNorms)
+    return create_backbone(backbone, clip_model, pretrained=checkpoint)
+
+
+def load_model(spec: TrialSpec, ctx: TrialContext) -> VideoTextModel:
+    return copy.deepcopy(_base_model(spec.backbone, spec.clip_model, ctx.checkpoint)).to(ctx.device).eval()
+
+
+def render_key(spec: TrialSpec, video_id: str, perturbation: str | None = None, severity: int | None = None
+               ) -> RenderKey:
+    return RenderKey(dataset=spec.dataset, data_version=spec.data_version, video_id=video_id,
+                     perturbation=spec.perturbation if perturbation is None else perturbation,
+                     severity=spec.severity if severity is None else severity, seed=spec.seed,
+                     num_frames=spec.num_frames, resolution=spec.resolution)
+
+
+def _load_clips(spec: TrialSpec, cache: RenderCache, test: Split, perturbation: str, severity: int
+                ) -> tuple[list[int], list[dict], list[dict]]:
+    """Which pairs have a readable clip; the others with the reason they are dropped; metas of the good ones."""
+    ok, dropped, metas = [], [], []
+    for i, pair in enumerate(test.pairs):
+        key = render_key(spec, pair.video_id, perturbation, severity)
+        try:
+            _, meta = cache.read(key)
+            ok.append(i)
+            metas.append(meta)
+        except (CacheMiss, CacheCorrupt) as err:
+            fail = cache.failure(key)
+            reason = fail["error"].splitlines()[0] if fail else f"{type(err).__name__}: not rendered"
+            dropped.append({"video_id": pair.video_id, "reason": reason})
+    return ok, dropped, metas
+
+
+def _clip_batches(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, test: Split, rows: list[int],
+                  perturbation: str, severity: int):
+    """Yield QueryBatches of preprocessed clips, reading only one batch of clips at a time."""
+    for b, start in enumerate(range(0, len(rows), spec.batch_size)):
+        chunk = rows[start:start + spec.batch_size]
+        frames = np.stack([cache.read(render_key(spec, test.pairs[i].video_id, perturbation, severity))[0]
+                           for i in chunk])
+        yield QueryBatch(b, model.preprocess_frames(torch.from_numpy(frames)))
+
+
+@torch.no_grad()
+def encode_gallery(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, test: Split, rows: list[int],
+                   ctx: TrialContext) -> Gallery:
+    """Gallery features from the unadapted model, cached on disk per (model, data, direction, frames, res)."""
+    gkey = digest({"model": spec.model_version, "backbone": spec.backbone, "clip": spec.clip_model,
+                   "data": spec.data_version, "dataset": spec.dataset, "direction": spec.direction,
+                   "rows": digest(rows), "frames": spec.num_frames, "res": spec.resolution,
+                   "precision": spec.precision, "code": CODE_VERSION})
+    path = Path(ctx.gallery_cache) / f"{spec.dataset}-{spec.backbone}-{spec.direction}-{gkey}.pt" \
+        if ctx.gallery_cache else None
+    if path is not None and path.is_file():
+        try:
+            return Gallery(spec.direction, torch.load(path, map_location=ctx.device, weights_only=True))
+        except Exception:
+            path.unlink(missing_ok=True)  # unreadable: re-encode
+    autocast = torch.autocast(torch.device(ctx.device).type, dtype=torch.bfloat16,
+                              enabled=spec.precision == "bf16")
+    with autocast:
+        if spec.direction == "v2t":
+            captions = [test.pairs[i].caption for i in rows]
+            feats = torch.cat([model.encode_text(model.tokenize(captions[s:s + 64]))
+                               for s in range(0, len(captions), 64)])
+        else:
+            feats = torch.cat([model.encode_frames(batch.inputs) for batch in
+                               _clip_batches(spec, model, cache, test, rows, CLEAN, 0)])
+    feats = feats.float()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        torch.save(feats.cpu(), tmp)
+        os.replace(tmp, path)
+    return Gallery(spec.direction, feats)
+
+
+def _environment(ctx: TrialContext) -> dict[str, str]:
+    env = {"host": platform.node(), "python": platform.python_version(), "torch": torch.__version__,
+           "device": ctx.device, "code_version": CODE_VERSION, "threads": str(torch.get_num_threads())}
+    if ctx.device.startswith("cuda") and torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(torch.device(ctx.device))
+    return env
+
+
+def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None] | None = None) -> TrialResult:
+    """Run one trial. Errors inside the trial (bad data, NaN scores) come back as a failed TrialResult with the
+    error and traceback, never as an exception, so a caller can record them."""
+    t_start = time.perf_counter()
+    result = TrialResult(key=spec.key, spec=spec.to_dict(), status="failed", environment=_environment(ctx))
+    try:
+        if ctx.threads:
+            torch.set_num_threads(ctx.threads)
+        torch.manual_seed(spec.seed)
+        np.random.seed(spec.seed % 2**32)
+        test = create_dataset(spec.dataset, root=ctx.dataset_root, **ctx.dataset_options).test_split()
+        cache = RenderCache(ctx.render_cache)
+        model = load_model(spec, ctx)
+        t0 = time.perf_counter()
+
+        if spec.direction == "v2t":
+            gallery_rows = list(range(len(test)))
+            query_rows, dropped, metas = _load_clips(spec, cache, test, spec.perturbation, spec.severity)
+            gt = np.asarray(query_rows)                      # caption i matches video i (one caption per video)
+            result.faithful_renders = float(np.mean([m["faithful"] for m in metas])) if metas else None
+            result.fallbacks = sorted({m["fallback"] for m in metas if m.get("fallback")})
+        else:
+            if spec.perturbation != CLEAN:
+                raise NotImplementedError(f"text perturbation {spec.perturbation!r}: t2v query shift supports only "
+                                          "clean queries so far (text perturbations are a separate issue)")
+            gallery_rows, dropped, _ = _load_clips(spec, cache, test, CLEAN, 0)
+            query_rows = gallery_rows                        # a caption whose video failed has no match: drop it
+            gt = np.arange(len(query_rows))
+        result.dropped = dropped
+        if not query_rows:
+            raise RuntimeError(f"no usable queries: all {len(test)} clips are missing or failed "
+                               f"(first: {dropped[0] if dropped else '-'})")
+
+        gallery = encode_gallery(spec, model, cache, test, gallery_rows, ctx)
+        result.timings["gallery_s"] = time.perf_counter() - t0
+        method = create_method(spec.method, model, spec.direction, gallery, steps=spec.steps,
+                               faithful=spec.faithful, precision=spec.precision, **spec.method_options)
+        if spec.direction == "v2t":
+            batches = _clip_batches(spec, model, cache, test, query_rows, spec.perturbation, spec.severity)
+        else:
+            captions = [test.pairs[i].caption for i in query_rows]
+            tokens = model.tokenize(captions)
+            batches = (QueryBatch(b, tokens[s:s + spec.batch_size])
+                       for b, s in enumerate(range(0, len(captions), spec.batch_size)))
+        t1 = time.perf_counter()
+        scores = run_stream(method, batches, progress=progress)
+        result.timings["adapt_s"] = time.perf_counter() - t1
+        result.timings["per_query_ms"] = 1000 * result.timings["adapt_s"] / len(query_rows)
+        result.metrics = summarise(scores, gt, k=spec.hub_k)
+        result.k_occurrence = k_occurrence(scores, spec.hub_k).tolist()
+        result.n_queries, result.n_gallery = int(scores.shape[0]), int(scores.shape[1])
+        if ctx.scores_dir:
+            path = Path(ctx.scores_dir) / f"{spec.key}.npy"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.save(path, scores.numpy().astype(np.float16))
+            result.scores_path = str(path)
+        result.status = "ok"
+    except Exception as err:
+        result.error = f"{type(err).__name__}: {err}"
+        result.traceback = traceback.format_exc()
+        if isinstance(err, NonFiniteError):
+            result.failed_batch = err.batch_index
+    result.timings["total_s"] = time.perf_counter() - t_start
+    return result
