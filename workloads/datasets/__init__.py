@@ -1,6 +1,10 @@
-"""Datasets by name: `create_dataset(name, root=..., **options)`."""
+"""Datasets by name: `create_dataset(name, root=..., **options)`.
+
+Registered: msrvtt, msvd, lsmdc, activitynet, didemo (annotation files of the real datasets, vtr_tta_study s5) and
+synthetic / synthetic_b (the embedded default, generated on first use; see workloads.datasets.synthetic)."""
 from workloads.datasets.base import (  # noqa: F401
     DATASETS,
+    AnnotatedDataset,
     DatasetError,
     Split,
     VideoTextDataset,
@@ -8,3 +12,5 @@ from workloads.datasets.base import (  # noqa: F401
     create_dataset,
     register_dataset,
 )
+from workloads.datasets import msrvtt, msvd, lsmdc, activitynet, didemo, synthetic  # noqa: F401,E402  (register)
+from workloads.datasets.synthetic import SyntheticConfig, generate  # noqa: F401,E402

@@ -1,0 +1,77 @@
+import av
+import numpy as np
+import pytest
+
+from workloads.video_io import (VideoDecodeError, frames_to_model_input, read_frames, read_video, resize_center_crop,
+                                uniform_indices, write_mp4)
+
+
+def test_uniform_rule_by_hand():
+    # n=24, 12 frames: edges 0,2,4,...,24 -> midpoints (a+b-1)//2 = 0,2,4,...,22
+    assert uniform_indices(24, 12).tolist() == list(range(0, 24, 2))
+    # n=100: edges linspace(0,100,13).astype(int) = 0,8,16,25,33,41,50,58,66,75,83,91,100
+    edges = [0, 8, 16, 25, 33, 41, 50, 58, 66, 75, 83, 91, 100]
+    assert uniform_indices(100, 12).tolist() == [(a + b - 1) // 2 for a, b in zip(edges[:-1], edges[1:])]
+    # shorter than 12: repeat the last frame
+    assert uniform_indices(5, 12).tolist() == [0, 1, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4]
+    with pytest.raises(ValueError):
+        uniform_indices(0, 12)
+
+
+def moving_square(n=20, h=64, w=64):
+    frames = np.zeros((n, h, w, 3), np.uint8)
+    for i in range(n):
+        frames[i, 20:36, 2 * i:2 * i + 16] = (230, 40, 40)
+    return frames
+
+
+def test_h264_round_trip_through_decord(tmp_path):
+    frames = moving_square()
+    path = tmp_path / "clip.mp4"
+    write_mp4(path, frames, fps=8)
+    with av.open(str(path)) as c:
+        assert c.streams.video[0].codec_context.name == "h264"
+    decoded = read_video(path)
+    assert decoded.shape == frames.shape and decoded.dtype == np.uint8
+    assert np.abs(decoded.astype(int) - frames).mean() < 4  # CRF 18: near-lossless
+    sampled = read_frames(path, 12)
+    assert sampled.shape == (12, 64, 64, 3)
+    np.testing.assert_array_equal(sampled, decoded[uniform_indices(20, 12)])
+    assert not list(tmp_path.glob(".*tmp*")), "no temporary file left behind"
+
+
+def test_decord_rejected_stream_falls_back_to_pyav(tmp_path):
+    # decord 0.6 cannot copy out 48-pixel-wide H.264 frames; PyAV decodes them
+    frames = moving_square(n=8, h=32, w=48)
+    path = tmp_path / "w48.mp4"
+    write_mp4(path, frames)
+    assert read_video(path).shape == (8, 32, 48, 3)
+    assert read_frames(path, 12).shape == (12, 32, 48, 3)
+
+
+def test_corrupt_and_missing_files_raise_with_path(tmp_path):
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"\x00not a video" * 50)
+    for fn in (read_video, lambda p: read_frames(p, 12)):
+        with pytest.raises(VideoDecodeError) as info:
+            fn(bad)
+        assert str(bad) in str(info.value) and info.value.path == str(bad)
+    with pytest.raises(VideoDecodeError, match="file not found"):
+        read_video(tmp_path / "none.mp4")
+
+
+def test_write_rejects_bad_frames(tmp_path):
+    with pytest.raises(ValueError, match="even frame sizes"):
+        write_mp4(tmp_path / "x.mp4", np.zeros((2, 33, 32, 3), np.uint8))
+    with pytest.raises(ValueError, match="uint8"):
+        write_mp4(tmp_path / "x.mp4", np.zeros((2, 32, 32, 3), np.float32))
+
+
+def test_resize_center_crop_and_model_input():
+    frames = np.zeros((3, 240, 320, 3), np.uint8)
+    frames[:, :, 30:290] = 255  # a white band wider than the centre crop (cols ~37..283 of 320)
+    out = resize_center_crop(frames, 64)
+    assert out.shape == (3, 64, 64, 3) and out.dtype == np.uint8
+    assert out.min() > 200  # the crop keeps the centre
+    x = frames_to_model_input(out)
+    assert tuple(x.shape) == (3, 3, 64, 64)
