@@ -1,0 +1,82 @@
+"""End to end through the real stack: Ray Data render, Ray Tune trials, MLflow (sqlite), Parquet tables."""
+import pyarrow.parquet as pq
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import write_micro_grid
+from orchestrator.grid import load_grid
+from orchestrator.ledger import TrialLedger
+from orchestrator.plan import Paths, build_plan
+from orchestrator.submit import SubmitOptions, submit
+
+pytestmark = pytest.mark.slow
+
+
+def test_submit_runs_every_cell_logs_mlflow_writes_tables_and_resubmit_reuses(tmp_path, shared_cache):
+    grid_file = write_micro_grid(tmp_path / "micro.yaml")
+    results = tmp_path / "results"
+    opts = SubmitOptions(results_dir=str(results), cache_dir=str(shared_cache), num_cpus=2, dashboard=False)
+
+    report = submit(str(grid_file), opts)
+    plan = build_plan(load_grid(grid_file), Paths.make(results, shared_cache))
+    # (clean + 2 perturbations x 2 severities) x 2 backbones x 2 methods
+    assert len(plan.trials) == 20 and report.to_run == 20 and report.ok == 20 and report.failed == 0
+    assert report.render.rendered == 40 * 5 and report.render.failed == 0
+
+    # ledger: every cell ok, with metrics and an MLflow run id
+    ledger = TrialLedger(results / "ledger")
+    entries = [ledger.get(t.key) for t in plan.trials]
+    assert all(e["status"] == "ok" and e["mlflow_run_id"] for e in entries)
+    assert all(e["n_queries"] == 40 and e["n_gallery"] == 40 for e in entries)
+
+    # Parquet: one row per trial with the axes and metrics
+    table = pq.read_table(results / "micro" / "trials.parquet").to_pandas()
+    assert len(table) == 20 and set(table["status"]) == {"ok"}
+    for col in ("dataset", "direction", "perturbation", "severity", "method", "backbone", "R1", "R5", "R10", "MdR",
+                "MnR", "hub_skewness"):
+        assert col in table.columns
+    assert set(table["perturbation"]) == {"clean", "gaussian_noise", "impulse_noise"}
+    assert ((table["R1"] >= 0) & (table["R1"] <= 100)).all()
+    # QS table in Table 1's layout: rows backbone x method, columns perturbation + Avg + Clean
+    qs = pq.read_table(results / "micro" / "qs_R1.parquet").to_pandas()
+    assert list(qs.columns) == ["dataset", "direction", "severity", "backbone", "method", "gaussian_noise",
+                                "impulse_noise", "Avg", "Clean"]
+    assert len(qs) == 2 * 2 * 2  # 2 severities x 2 backbones x 2 methods
+    row = qs[(qs.severity == 5) & (qs.backbone == "xpool") & (qs.method == "tent")].iloc[0]
+    assert row["Avg"] == pytest.approx((row["gaussian_noise"] + row["impulse_noise"]) / 2)
+
+    # MLflow: a parent run for the submission with 20 child runs carrying the params and metrics
+    client = MlflowClient(tracking_uri=report.tracking_uri)
+    exp = client.get_experiment_by_name("mlvp/micro")
+    parent = client.get_run(report.parent_run_id)
+    assert parent.info.status == "FINISHED" and parent.data.metrics["trials_ok"] == 20
+    children = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{report.parent_run_id}'",
+                                  max_results=100)
+    assert len(children) == 20
+    for run in children:
+        p, m = run.data.params, run.data.metrics
+        assert {"dataset", "direction", "scenario", "perturbation", "severity", "method", "backbone",
+                "seed"} <= set(p)
+        assert {"R1", "R5", "R10", "MdR", "MnR", "hub_skewness"} <= set(m)
+        assert run.info.status == "FINISHED"
+    by_key = {r.data.tags["mlvp.trial_key"]: r for r in children}
+    e = entries[0]
+    assert by_key[e["key"]].data.metrics["R1"] == pytest.approx(e["metrics"]["R1"])
+    artifacts = [a.path for a in client.list_artifacts(report.parent_run_id, "tables")]
+    assert "tables/trials.parquet" in artifacts
+
+    # second submission: nothing trains, renders or runs again
+    again = submit(str(grid_file), opts)
+    assert again.to_run == 0 and again.render.rendered == 0 and again.render.reused == 200
+    assert len(pq.read_table(results / "micro" / "trials.parquet")) == 20
+
+
+def test_dry_run_counts_without_starting_ray(tmp_path, shared_cache):
+    import ray
+
+    grid_file = write_micro_grid(tmp_path / "g.yaml", name="dry", methods="[source]", backbones="[clip4clip]")
+    report = submit(str(grid_file), SubmitOptions(results_dir=str(tmp_path / "r"), cache_dir=str(shared_cache),
+                                                  dry_run=True))
+    assert len(report.plan.trials) == 5 and report.plan.render_count() == 40 * 5
+    assert not ray.is_initialized()
+    assert not (tmp_path / "r" / "ledger").exists()

@@ -1,0 +1,77 @@
+"""A submission logged to a real `mlflow server` over HTTP (what `mlflow ui` / a team server shows)."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import write_micro_grid
+from orchestrator.submit import SubmitOptions, submit
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    port = free_port()
+    store = tmp_path / "server"
+    store.mkdir()
+    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    proc = subprocess.Popen(
+        [str(mlflow_bin), "server", "--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}",
+         "--default-artifact-root", str(store / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1"],
+        stdout=open(store / "server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"mlflow server did not start: {(store / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group: gunicorn/uvicorn workers too
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_submit_logs_parent_and_children_to_a_tracking_server(tmp_path, shared_cache, mlflow_server):
+    grid_file = write_micro_grid(tmp_path / "srv.yaml", name="srv", backbones="[clip4clip]", methods="[source, tent]",
+                                 perturbations="[gaussian_noise]", severities="[3]")
+    report = submit(str(grid_file), SubmitOptions(results_dir=str(tmp_path / "results"), cache_dir=str(shared_cache),
+                                                  tracking_uri=mlflow_server, num_cpus=2, dashboard=False))
+    assert report.ok == 4 and report.failed == 0
+    client = MlflowClient(tracking_uri=mlflow_server)
+    exp = client.get_experiment_by_name("mlvp/srv")
+    runs = client.search_runs([exp.experiment_id], max_results=50)
+    parents = [r for r in runs if r.data.tags.get("mlvp.kind") == "submission"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == report.parent_run_id]
+    assert [p.info.run_id for p in parents] == [report.parent_run_id]
+    assert len(children) == 4
+    assert {c.data.params["method"] for c in children} == {"source", "tent"}
+    assert {c.data.params["perturbation"] for c in children} == {"clean", "gaussian_noise"}
+    assert all("R1" in c.data.metrics and "MnR" in c.data.metrics for c in children)
+    # artifacts went through the server: the k-occurrence histogram of a trial and the parent's tables
+    assert "k_occurrence.json" in [a.path for a in client.list_artifacts(children[0].info.run_id)]
+    assert "tables/trials.parquet" in [a.path for a in client.list_artifacts(report.parent_run_id, "tables")]

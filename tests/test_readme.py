@@ -1,0 +1,32 @@
+"""The README's two set-up commands stay true: CI runs the test command verbatim, and the quickstart command names
+a grid that exists and validates."""
+import re
+from pathlib import Path
+
+from orchestrator.grid import load_grid
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## Quick start\n(.*?)\n## ", text, re.S).group(1)
+    return [line.strip() for line in re.findall(r"```(?:bash|sh)?\n(.*?)```", block, re.S)]
+
+
+def test_readme_has_exactly_two_setup_commands():
+    cmds = readme_commands()
+    assert len(cmds) == 2, cmds
+    run, test = cmds
+    assert "python -m orchestrator submit grids/quickstart.yaml" in run
+    assert "pytest" in test
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert readme_commands()[1] in ci.splitlines()
+
+
+def test_quickstart_command_names_a_valid_grid():
+    grid = re.search(r"submit (\S+\.yaml)", readme_commands()[0]).group(1)
+    load_grid(ROOT / grid)
