@@ -37,8 +37,9 @@ NAMES: tuple[str, ...] = (
 class Rendered:
     name: str
     severity: int
-    frames: np.ndarray
+    frames: np.ndarray | None          # None only when render_many(errors="return") caught an error
     meta: dict[str, Any]
+    error: str | None = None
 
 
 def _load_modules() -> None:
@@ -46,11 +47,7 @@ def _load_modules() -> None:
     import importlib
 
     for name in NAMES:
-        try:
-            importlib.import_module(f"workloads.perturbations.video.{name}")
-        except ModuleNotFoundError as err:
-            if err.name != f"workloads.perturbations.video.{name}":
-                raise
+        importlib.import_module(f"workloads.perturbations.video.{name}")
 
 
 _load_modules()
@@ -67,22 +64,35 @@ def apply(name: str, video: np.ndarray, severity: int, seed: int = 0, num_frames
 
 
 def render_many(video: np.ndarray, requests: Iterable[tuple[str, int, int]], num_frames: int = 12,
-                **assets: Any) -> list[Rendered]:
-    """Render several (name, severity, seed) requests of one video, sharing the per-video work."""
+                errors: str = "raise", **assets: Any) -> list[Rendered]:
+    """Render several (name, severity, seed) requests of one video, sharing the per-video work.
+    errors="return": a request that fails comes back with `error` set and no frames, the others still render
+    (the render cache uses this so one bad perturbation fails one clip, not its siblings)."""
+    if errors not in ("raise", "return"):
+        raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
     requests = [(n, check_severity(s), int(seed)) for n, s, seed in requests]
     infos = [get(n) for n, _, _ in requests]  # validate every name before any work
     ctx = ClipContext(video, num_frames=num_frames, assets=assets)
     out = []
     for info, (name, severity, seed) in zip(infos, requests):
-        frames, meta = info.fn(ctx, severity, np.random.default_rng(seed))
-        frames = np.ascontiguousarray(frames)
-        expected = (ctx.num_frames, *ctx.video.shape[1:])
-        if frames.dtype != np.uint8 or frames.shape != expected:
-            raise AssertionError(f"{name} returned {frames.dtype} {frames.shape}, expected uint8 {expected}")
-        if "faithful" not in meta:
-            raise AssertionError(f"{name} did not say whether it is faithful")
-        out.append(Rendered(name, severity, frames, dict(meta)))
+        try:
+            out.append(_render_one(ctx, info, name, severity, seed))
+        except Exception as err:
+            if errors == "raise":
+                raise
+            out.append(Rendered(name, severity, None, {}, error=f"{type(err).__name__}: {err}"))
     return out
+
+
+def _render_one(ctx: ClipContext, info, name: str, severity: int, seed: int) -> Rendered:
+    frames, meta = info.fn(ctx, severity, np.random.default_rng(seed))
+    frames = np.ascontiguousarray(frames)
+    expected = (ctx.num_frames, *ctx.video.shape[1:])
+    if frames.dtype != np.uint8 or frames.shape != expected:
+        raise AssertionError(f"{name} returned {frames.dtype} {frames.shape}, expected uint8 {expected}")
+    if "faithful" not in meta:
+        raise AssertionError(f"{name} did not say whether it is faithful")
+    return Rendered(name, severity, frames, dict(meta))
 
 
 __all__ = ["NAMES", "Rendered", "apply", "render", "render_many", "ClipContext"]

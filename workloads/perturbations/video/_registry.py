@@ -29,7 +29,7 @@ class ClipContext:
             raise ValueError(f"video must be uint8 [N, H, W, 3], got {video.dtype} {video.shape}")
         if len(video) == 0:
             raise ValueError("video has no frames")
-        self.video = video
+        self.video = np.ascontiguousarray(video)  # OpenCV/PyAV need C-contiguous frames; no copy when already so
         self.num_frames = int(num_frames)
         self.indices = uniform_indices(len(video), self.num_frames)
         self.assets = dict(assets or {})
