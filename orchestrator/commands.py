@@ -111,13 +111,18 @@ def cmd_render(args) -> int:
         raise ValueError("render needs a grid file, or --contact-sheet OUT.png")
     from orchestrator import ray_env
     from orchestrator import render as render_stage
-    from orchestrator.submit import plan_assets
+    from orchestrator.submit import prepare_assets, prepare_models
 
     grid = load_grid(args.grid)
     plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
+    console = Console(highlight=False)
     ray_env.start_ray(args.address, args.num_cpus, dashboard=False)
     try:
-        summary = render_stage.render(plan, assets=plan_assets(plan), actors=grid.runtime.render_actors)
+        # event insertion chooses distractors with the grid's CLIP, so its checkpoints must exist
+        checkpoints = prepare_models(plan, console)
+        assets, video_assets = prepare_assets(plan, checkpoints, console)
+        summary = render_stage.render(plan, assets, video_assets, actors=grid.runtime.render_actors,
+                                      console=console)
     finally:
         if args.address is None:
             ray_env.stop_ray()

@@ -46,9 +46,27 @@ def known_video_perturbations() -> list[str]:
 
 # -- the schema ------------------------------------------------------------------------------------------------
 @dataclass
+class DatasetAssets:
+    """Per-dataset perturbation assets (local paths)."""
+    main_objects: str | None = None          # boxes JSON of the authors' get_main_objects.py (occlusion, captions)
+    distractor_pool: str | None = None       # event-insertion pool for this dataset (overrides assets.distractor_pool)
+
+
+@dataclass
 class DatasetEntry:
     root: str | None = None                  # where the dataset lives; None for generated ones (synthetic)
     options: dict[str, Any] = field(default_factory=dict)  # loader options (file names, sizes of synthetic data)
+    assets: DatasetAssets = field(default_factory=DatasetAssets)
+
+
+@dataclass
+class AssetsSpec:
+    """Heavy perturbation assets, all local paths. Absent ones fall back to documented built-ins; every rendered
+    clip records whether it was faithful and what was substituted."""
+    adain_vgg: str | None = None             # style transfer: vgg_normalised.pth (pytorch-AdaIN)
+    adain_decoder: str | None = None         # style transfer: decoder.pth
+    style_images: str | None = None          # style transfer: folder of style images (Painter by Numbers)
+    distractor_pool: str | None = None       # event insertion: folder of videos (default: the dataset's train split)
 
 
 @dataclass
@@ -109,6 +127,7 @@ class GridSpec:
     faithful: bool = True
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     models: ModelsSpec = field(default_factory=ModelsSpec)
+    assets: AssetsSpec = field(default_factory=AssetsSpec)
     runtime: RuntimeSpec = field(default_factory=RuntimeSpec)
     source: str = ""                         # the file it came from (set by load_grid)
 
@@ -267,7 +286,25 @@ def validate(grid: GridSpec) -> GridSpec:
     for name, entry in grid.datasets.items():
         if entry.root is not None and not Path(entry.root).expanduser().is_dir():
             raise GridError(f"datasets.{name}.root: directory not found: {entry.root}")
+        _check_path(f"datasets.{name}.assets.main_objects", entry.assets.main_objects, "file")
+        _check_path(f"datasets.{name}.assets.distractor_pool", entry.assets.distractor_pool, "dir")
+    a = grid.assets
+    for key, kind in (("adain_vgg", "file"), ("adain_decoder", "file"), ("style_images", "any"),
+                      ("distractor_pool", "dir")):
+        _check_path(f"assets.{key}", getattr(a, key), kind)
+    if (a.adain_vgg is None) != (a.adain_decoder is None):
+        raise GridError("assets: give both adain_vgg and adain_decoder (the AdaIN encoder and decoder) or neither")
     return grid
+
+
+def _check_path(where: str, path: str | None, kind: str) -> None:
+    if path is None:
+        return
+    p = Path(path).expanduser()
+    ok = p.is_file() if kind == "file" else p.is_dir() if kind == "dir" else p.exists()
+    if not ok:
+        what = {"file": "file", "dir": "directory", "any": "path"}[kind]
+        raise GridError(f"{where}: {what} not found: {path} (assets are local paths; nothing is downloaded)")
 
 
 def parse_grid(data: Any, source: str = "<grid>") -> GridSpec:

@@ -119,6 +119,10 @@ class Plan:
     # dataset -> ordered (perturbation, severity) renders needed, clean included when any trial needs it
     renders: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     resolution: int = 0
+    # (dataset, perturbation) -> version of the assets it renders with ("" for none): part of render/trial keys
+    render_assets: dict[tuple[str, str], str] = field(default_factory=dict)
+    # dataset -> (backbone whose checkpoint embeds distractors or None for zero-shot weights, version, kind)
+    embedders: dict[str, tuple[str | None, str, str]] = field(default_factory=dict)
 
     def render_count(self) -> int:
         return sum(len(self.datasets[d].test) * len(r) for d, r in self.renders.items())
@@ -189,6 +193,18 @@ def build_plan(grid: GridSpec, paths: Paths) -> Plan:
             models[(backbone, ds)] = ModelPlan(backbone, ds, m.clip_model, None, cfg, init_from,
                                                version="ft:" + cfg.key(ds, datasets[ds].version))
 
+    from orchestrator.assets import asset_version
+
+    embedders: dict[str, tuple[str | None, str, str]] = {}
+    for ds in datasets:
+        if m.pretrained:
+            embedders[ds] = (None, _file_version(m.pretrained), "zero_shot_clip")
+        else:  # the dataset's fine-tuned mean-pooling model (or, failing that, the CLIP of another head)
+            backbone = "clip4clip" if ("clip4clip", ds) in models else grid.backbones[0]
+            embedders[ds] = (backbone, models[(backbone, ds)].version, "finetuned")
+    render_assets = {(ds, p): asset_version(grid, ds, p, datasets[ds].version, embedders[ds][1])
+                     for ds in datasets for p in grid.query_shift.perturbations}
+
     rt = grid.runtime
     qs = grid.query_shift
     trials: list[TrialSpec] = []
@@ -210,6 +226,7 @@ def build_plan(grid: GridSpec, paths: Paths) -> Plan:
                             model_version=models[(backbone, ds)].version, data_version=datasets[ds].version,
                             batch_size=rt.batch_size, steps=rt.steps, num_frames=rt.num_frames,
                             resolution=resolution, precision=rt.precision, hub_k=rt.hub_k,
-                            options=json.dumps(grid.method_options.get(method, {}))))
+                            options=json.dumps(grid.method_options.get(method, {})),
+                            render_assets=render_assets.get((ds, pert), "")))
         renders[ds] = list(dict.fromkeys(need))
-    return Plan(grid, paths, datasets, models, trials, renders, resolution)
+    return Plan(grid, paths, datasets, models, trials, renders, resolution, render_assets, embedders)

@@ -22,13 +22,16 @@ def auth_token_hint() -> str:
 
 def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard: bool = True) -> dict:
     """Join `address` when given, else start a local Ray bound to loopback only. Returns facts for the console."""
+    if address is None:
+        # Ray's local (non-cluster) mode uses 127.0.0.1 as the node address, so its listeners stay on loopback (a
+        # laptop or CI needs no open ports). Ray reads this once, when it is imported: set it first.
+        # Not for --address: a driver joining a cluster must be reachable from the other nodes.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
     if ray.is_initialized():
         return {"dashboard_url": None, "address": "already connected"}
     if address is None:
-        # keeps every Ray listener on 127.0.0.1 for a local run (a laptop or CI needs no open ports)
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         ctx = ray.init(num_cpus=num_cpus, include_dashboard=dashboard, dashboard_host="127.0.0.1",
                        log_to_driver=True, logging_level="WARNING",
                        runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}})

@@ -30,26 +30,32 @@ class RenderSummary:
                 f"({self.seconds:.1f}s)")
 
 
-def plan_render_rows(plan: Plan, cache: RenderCache) -> tuple[list[dict[str, Any]], int, list[RenderKey]]:
-    """Rows for the clips that are not in the cache yet; returns (rows, reused count, all keys)."""
-    rows, reused, all_keys = [], 0, []
-    for ds_name, cells in plan.renders.items():
-        ds = plan.datasets[ds_name]
-        for pair in ds.test.pairs:
+def render_keys(plan: Plan, dataset: str, video_id: str) -> list[RenderKey]:
+    ds = plan.datasets[dataset]
+    return [RenderKey(dataset, ds.version, video_id, pert, sev, plan.grid.seed, plan.grid.runtime.num_frames,
+                      plan.resolution, plan.render_assets.get((dataset, pert), ""))
+            for pert, sev in plan.renders[dataset]]
+
+
+def plan_render_rows(plan: Plan, cache: RenderCache, video_assets: dict[str, dict[str, dict]] | None = None
+                     ) -> tuple[list[dict[str, Any]], int]:
+    """One row per source video with the clips of it that are not in the cache yet; returns (rows, reused)."""
+    rows, reused = [], 0
+    for ds_name in plan.renders:
+        for pair in plan.datasets[ds_name].test.pairs:
             todo = []
-            for pert, sev in cells:
-                key = RenderKey(ds_name, ds.version, pair.video_id, pert, sev, plan.grid.seed,
-                                plan.grid.runtime.num_frames, plan.resolution)
-                all_keys.append(key)
+            for key in render_keys(plan, ds_name, pair.video_id):
                 try:
                     cache.probe(key)
                     reused += 1
                 except (CacheMiss, CacheCorrupt):
-                    todo.append([pert, sev])
+                    todo.append([key.perturbation, key.severity, key.assets])
             if todo:
-                rows.append({"dataset": ds_name, "data_version": ds.version, "video_id": pair.video_id,
-                             "video_path": pair.video_path, "requests": json.dumps(todo)})
-    return rows, reused, all_keys
+                extra = (video_assets or {}).get(ds_name, {}).get(pair.video_id, {})
+                rows.append({"dataset": ds_name, "data_version": plan.datasets[ds_name].version,
+                             "video_id": pair.video_id, "video_path": pair.video_path, "requests": json.dumps(todo),
+                             "extra_assets": json.dumps(extra)})
+    return rows, reused
 
 
 class RenderActor:
@@ -75,8 +81,9 @@ class RenderActor:
             ds, vid, path = str(batch["dataset"][i]), str(batch["video_id"][i]), str(batch["video_path"][i])
             reqs = json.loads(batch["requests"][i])
             keys = [RenderKey(ds, str(batch["data_version"][i]), vid, p, int(s), self.seed, self.num_frames,
-                              self.resolution) for p, s in reqs]
-            assets = {**self.assets.get(ds, {}), "video_id": vid, "video_path": path}
+                              self.resolution, a) for p, s, a in reqs]
+            assets = {**self.assets.get(ds, {}), **json.loads(batch["extra_assets"][i]), "video_id": vid,
+                      "video_path": path}
             for key, st in zip(keys, render_video(path, keys, self.cache, assets)):
                 out["dataset"].append(ds)
                 out["video_id"].append(vid)
@@ -91,15 +98,17 @@ class RenderActor:
         return out
 
 
-def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None, actors: int | None = None,
+def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
+           video_assets: dict[str, dict[str, dict]] | None = None, actors: int | None = None,
            console=None) -> RenderSummary:
-    """Render everything the plan needs that is not cached yet. Needs `ray.init` to have run."""
+    """Render everything the plan needs that is not cached yet. `assets`: per dataset; `video_assets`: per dataset
+    and video (e.g. the chosen event-insertion distractor). Needs `ray.init` to have run."""
     import ray
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     t0 = time.time()
     cache = RenderCache(plan.paths.render)
-    rows, reused, keys = plan_render_rows(plan, cache)
+    rows, reused = plan_render_rows(plan, cache, video_assets)
     summary = RenderSummary(reused=reused)
     total = sum(len(json.loads(r["requests"])) for r in rows)
     if not rows:

@@ -160,7 +160,8 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, opts: Subm
 
     paths = plan.paths
     checkpoints = prepare_models(plan, console)
-    summary = render_stage.render(plan, assets=plan_assets(plan), actors=grid.runtime.render_actors, console=console)
+    assets, video_assets = prepare_assets(plan, checkpoints, console)
+    summary = render_stage.render(plan, assets, video_assets, actors=grid.runtime.render_actors, console=console)
     report.render = summary
     console.print(summary.line())
     for f in summary.failures[:10]:
@@ -253,9 +254,26 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, opts: Subm
     return report
 
 
-def plan_assets(plan: Plan) -> dict[str, dict[str, Any]]:
-    """Per-dataset perturbation assets (heavy assets are local paths in the grid)."""
-    return {name: {} for name in plan.datasets}
+def prepare_assets(plan: Plan, checkpoints: dict[str, str], console: Console
+                   ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict]]]:
+    """Per-dataset perturbation assets, and per-video ones: the event-insertion distractor of each query video,
+    chosen once per dataset (cached) by embedding pool videos and captions with CLIP."""
+    from orchestrator.assets import choose_distractors, dataset_assets
+
+    assets = {name: dataset_assets(plan.grid, name) for name in plan.datasets}
+    video_assets: dict[str, dict[str, dict]] = {}
+    for name, cells in plan.renders.items():
+        if not any(p == "event_insertion" for p, _ in cells):
+            continue
+        backbone, _, kind = plan.embedders[name]
+        weights = plan.grid.models.pretrained if backbone is None else checkpoints[f"{backbone}|{name}"]
+        version = plan.render_assets[(name, "event_insertion")]
+        t0 = time.time()
+        video_assets[name] = choose_distractors(plan, name, weights, kind, version)
+        first = next(iter(video_assets[name].values()), {})
+        console.print(f"event-insertion distractors for {name}: {len(video_assets[name])} chosen "
+                      f"({first.get('event_distractor_source', '-')}; {time.time() - t0:.0f}s)")
+    return assets, video_assets
 
 
 __all__ = ["SubmitOptions", "SubmitReport", "submit", "select_trials", "print_plan"]

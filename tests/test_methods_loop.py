@@ -153,3 +153,10 @@ def test_registry_and_errors():
     with pytest.raises(ValueError, match="empty query stream"):
         run_stream(create_method("source", model, "v2t", gallery), iter([]))
     assert isinstance(QueryBatch(0, torch.zeros(2, 3)), QueryBatch)
+
+
+def test_non_finite_error_survives_pickling_across_workers():
+    import pickle
+
+    err = pickle.loads(pickle.dumps(NonFiniteError("scores", 7, 2)))
+    assert err.batch_index == 7 and err.step == 2 and "batch 7, step 2" in str(err)

@@ -75,3 +75,10 @@ def test_resize_center_crop_and_model_input():
     assert out.min() > 200  # the crop keeps the centre
     x = frames_to_model_input(out)
     assert tuple(x.shape) == (3, 3, 64, 64)
+
+
+def test_decode_error_survives_pickling_across_workers():
+    import pickle
+
+    err = pickle.loads(pickle.dumps(VideoDecodeError("/data/v.mp4", "moov atom not found")))
+    assert err.path == "/data/v.mp4" and err.reason == "moov atom not found" and "/data/v.mp4" in str(err)

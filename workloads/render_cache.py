@@ -47,6 +47,7 @@ class RenderKey:
     seed: int
     num_frames: int
     resolution: int
+    assets: str = ""   # version of the assets the perturbation used (weights, boxes, chosen distractor)
 
     @property
     def digest(self) -> str:
@@ -142,40 +143,57 @@ class RenderCache:
 
 def render_video(video_path: str, keys: list[RenderKey], cache: RenderCache,
                  assets: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Render every key of one source video from a single decode. Never raises for a bad video or a failing
-    perturbation: each key gets a status record {digest, status: ok|failed, error, faithful, seconds}."""
+    """Render every key of one source video from a single decode, sharing per-video work (uniform sample, optical
+    flow, ...) across perturbations and severities. Never raises for a bad video or a failing perturbation: each
+    key gets a status record {digest, status: ok|failed, error, faithful, fallback, seconds}."""
     from workloads.perturbations import video as vp
+    from workloads.video_io import uniform_indices, video_fps
 
     assets = dict(assets or {})
     out: list[dict[str, Any]] = []
+
+    def failed(key: RenderKey, msg: str, detail: str, t0: float) -> None:
+        cache.write_failure(key, video_path, msg + detail)
+        out.append({"digest": key.digest, "status": "failed", "error": msg, "faithful": None, "fallback": None,
+                    "seconds": time.perf_counter() - t0})
+
     t0 = time.perf_counter()
     try:
         video = read_video(video_path)
     except Exception as err:  # a corrupt video fails its keys, not the grid
-        msg = f"{type(err).__name__}: {err}"
         for key in keys:
-            cache.write_failure(key, video_path, msg)
-            out.append({"digest": key.digest, "status": "failed", "error": msg, "faithful": None,
-                        "seconds": time.perf_counter() - t0})
+            failed(key, f"{type(err).__name__}: {err}", "", t0)
         return out
-    for key in keys:
-        t1 = time.perf_counter()
+    if "fps" not in assets:  # h264_compression re-encodes at the source frame rate
         try:
-            if key.perturbation == CLEAN:
-                from workloads.video_io import uniform_indices
-
-                frames = video[uniform_indices(len(video), key.num_frames)]
-                meta: dict[str, Any] = {"faithful": True}
-            else:
-                r = vp.render(key.perturbation, video, key.severity, seed=key.perturbation_seed,
-                              num_frames=key.num_frames, **assets)
-                frames, meta = r.frames, r.meta
-            cache.write(key, resize_center_crop(frames, key.resolution), meta)
-            out.append({"digest": key.digest, "status": "ok", "error": None, "faithful": bool(meta["faithful"]),
-                        "fallback": meta.get("fallback"), "seconds": time.perf_counter() - t1})
-        except Exception as err:
-            msg = f"{type(err).__name__}: {err}"
-            cache.write_failure(key, video_path, msg + "\n" + traceback.format_exc(limit=5))
-            out.append({"digest": key.digest, "status": "failed", "error": msg, "faithful": None,
-                        "seconds": time.perf_counter() - t1})
-    return out
+            assets["fps"] = video_fps(video_path)
+        except Exception:
+            pass  # the perturbation falls back to its default and says so in its meta
+    clean = [k for k in keys if k.perturbation == CLEAN]
+    perturbed = [k for k in keys if k.perturbation != CLEAN]
+    decode_s = time.perf_counter() - t0
+    for key in clean:
+        t1 = time.perf_counter()
+        cache.write(key, resize_center_crop(video[uniform_indices(len(video), key.num_frames)], key.resolution),
+                    {"faithful": True})
+        out.append({"digest": key.digest, "status": "ok", "error": None, "faithful": True, "fallback": None,
+                    "seconds": time.perf_counter() - t1 + decode_s / len(keys)})
+    if perturbed:
+        t1 = time.perf_counter()
+        # one ClipContext for all requests of this video (the frame count is shared: keys of one video agree)
+        renders = vp.render_many(video, [(k.perturbation, k.severity, k.perturbation_seed) for k in perturbed],
+                                 num_frames=perturbed[0].num_frames, errors="return", **assets)
+        per_key = (time.perf_counter() - t1) / len(perturbed) + decode_s / len(keys)
+        for key, r in zip(perturbed, renders):
+            if r.error is not None:
+                failed(key, r.error, "", t1)
+                continue
+            try:
+                cache.write(key, resize_center_crop(r.frames, key.resolution), r.meta)
+            except Exception as err:
+                failed(key, f"{type(err).__name__}: {err}", "\n" + traceback.format_exc(limit=5), t1)
+                continue
+            out.append({"digest": key.digest, "status": "ok", "error": None, "faithful": bool(r.meta["faithful"]),
+                        "fallback": r.meta.get("fallback"), "seconds": per_key})
+    by_digest = {o["digest"]: o for o in out}
+    return [by_digest[k.digest] for k in keys]

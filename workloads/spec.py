@@ -38,6 +38,7 @@ class TrialSpec:
     precision: str = "fp32"
     hub_k: int = 10
     options: str = "{}"          # method options (lr override, ablation switches) as canonical JSON
+    render_assets: str = ""      # version of the perturbation's assets (weights, boxes, distractors); "" = none
 
     def __post_init__(self):
         if self.direction not in ("v2t", "t2v"):

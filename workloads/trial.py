@@ -83,10 +83,13 @@ def load_model(spec: TrialSpec, ctx: TrialContext) -> VideoTextModel:
 
 def render_key(spec: TrialSpec, video_id: str, perturbation: str | None = None, severity: int | None = None
                ) -> RenderKey:
+    """The render cache key of one query clip of this trial (its own perturbation unless another is given)."""
+    own = perturbation is None or perturbation == spec.perturbation
     return RenderKey(dataset=spec.dataset, data_version=spec.data_version, video_id=video_id,
                      perturbation=spec.perturbation if perturbation is None else perturbation,
                      severity=spec.severity if severity is None else severity, seed=spec.seed,
-                     num_frames=spec.num_frames, resolution=spec.resolution)
+                     num_frames=spec.num_frames, resolution=spec.resolution,
+                     assets=spec.render_assets if own else "")
 
 
 def _load_clips(spec: TrialSpec, cache: RenderCache, test: Split, perturbation: str, severity: int

@@ -23,6 +23,9 @@ class VideoDecodeError(RuntimeError):
         self.path = str(path)
         self.reason = reason
 
+    def __reduce__(self):  # picklable across Ray workers (the default would pass only the message)
+        return type(self), (self.path, self.reason)
+
 
 def uniform_indices(n_frames: int, num_frames: int = 12) -> np.ndarray:
     """The reference's "uniform" rule (s2.0): split [0, n) into `num_frames` equal integer intervals

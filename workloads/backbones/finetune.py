@@ -24,7 +24,7 @@ from workloads.backbones import create_backbone, load_checkpoint, save_backbone
 from workloads.backbones.model import VideoTextModel, cosine_similarity
 from workloads.datasets.base import Split
 from workloads.seeding import digest
-from workloads.video_io import read_frames, read_video, resize_center_crop, uniform_indices
+from workloads.video_io import VideoDecodeError, read_frames, read_video, resize_center_crop, uniform_indices
 
 
 @dataclass(frozen=True)
@@ -48,22 +48,35 @@ class FinetuneConfig:
         return digest({"config": asdict(self), "dataset": dataset, "data": data_version, "code": CODE_VERSION})
 
 
-def decode_split(split: Split, num_frames: int | None, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Decode each distinct clip of a split once: returns (clips uint8 [V, F, size, size, 3], clip index per pair).
-    num_frames None keeps every frame (clips of unequal length are brought to the shortest by the uniform rule),
-    else the uniform rule picks num_frames."""
+def decode_split(split: Split, num_frames: int | None, size: int
+                 ) -> tuple[np.ndarray, np.ndarray, list[int], list[str]]:
+    """Decode each distinct clip of a split once. Returns (clips uint8 [V, F, size, size, 3], clip index of each
+    kept pair, the kept pair indices, the video ids that could not be decoded). num_frames None keeps every frame
+    (clips of unequal length are brought to the shortest by the uniform rule), else the uniform rule picks
+    num_frames. A video that cannot be decoded drops its pairs instead of stopping the fine-tune."""
     clips: list[np.ndarray] = []
     seen: dict[str, int] = {}
-    index = []
-    for pair in split.pairs:
+    bad: set[str] = set()
+    index, kept = [], []
+    for i, pair in enumerate(split.pairs):
+        if pair.video_id in bad:
+            continue
         if pair.video_id not in seen:
-            frames = read_video(pair.video_path) if num_frames is None else read_frames(pair.video_path, num_frames)
+            try:
+                frames = read_video(pair.video_path) if num_frames is None else read_frames(pair.video_path,
+                                                                                            num_frames)
+            except VideoDecodeError:
+                bad.add(pair.video_id)
+                continue
             seen[pair.video_id] = len(clips)
             clips.append(resize_center_crop(frames, size))
         index.append(seen[pair.video_id])
+        kept.append(i)
+    if not clips:
+        raise ValueError(f"no video of the {split.dataset} {split.name} split could be decoded")
     n = min(len(c) for c in clips)
     clips = [c if len(c) == n else c[uniform_indices(len(c), n)] for c in clips]
-    return np.stack(clips), np.asarray(index, dtype=np.int64)
+    return np.stack(clips), np.asarray(index, dtype=np.int64), kept, sorted(bad)
 
 
 def clip_loss(model: VideoTextModel, text: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
@@ -110,17 +123,19 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
                             **config.pooling_kwargs)
     size = model.image_size
     t0 = time.time()
-    train_clips, clip_of_pair = decode_split(train, None, size)      # [V, F, S, S, 3] uint8
-    tokens = model.tokenize(train.captions)
-    test_frames, test_index = decode_split(test, config.eval_frames, size)
+    train_clips, clip_of_pair, train_kept, train_bad = decode_split(train, None, size)   # [V, F, S, S, 3] uint8
+    tokens = model.tokenize([train.pairs[i].caption for i in train_kept])
+    test_frames, test_index, test_kept, test_bad = decode_split(test, config.eval_frames, size)
     if len(set(test_index.tolist())) != len(test_index):
         raise ValueError(f"test split {test.dataset} repeats videos; evaluation expects one caption per video")
-    log(f"decoded {len(train_clips)} train / {len(test_frames)} test clips at {size}px in {time.time() - t0:.1f}s")
+    log(f"decoded {len(train_clips)} train / {len(test_frames)} test clips at {size}px in {time.time() - t0:.1f}s"
+        + (f"; skipped undecodable videos: {len(train_bad)} train, {len(test_bad)} test "
+           f"(first: {(train_bad + test_bad)[0]})" if train_bad or test_bad else ""))
 
     # videos may carry several captions: sample one caption per distinct video per batch (no false negatives)
     by_video: dict[str, list[int]] = {}
-    for i, p in enumerate(train.pairs):
-        by_video.setdefault(p.video_id, []).append(i)
+    for row, i in enumerate(train_kept):  # rows index the kept pairs (tokens, clip_of_pair)
+        by_video.setdefault(train.pairs[i].video_id, []).append(row)
     groups = list(by_video.values())
     bs = min(config.batch_size, len(groups))
 
@@ -159,9 +174,10 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
         if step % max(1, config.steps // 10) == 0 or step == config.steps - 1:
             log(f"step {step + 1}/{config.steps} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
     train_seconds = time.time() - t0
-    metrics = evaluate(model, test_frames, test.captions)
+    metrics = evaluate(model, test_frames, [test.pairs[i].caption for i in test_kept])
     record = {"config": asdict(config), "train_fingerprint": train.fingerprint, "test_fingerprint":
-              test.fingerprint, "train_seconds": train_seconds, "metrics": metrics, "code_version": CODE_VERSION}
+              test.fingerprint, "train_seconds": train_seconds, "metrics": metrics, "code_version": CODE_VERSION,
+              "skipped_videos": {"train": train_bad, "test": test_bad}}
     save_backbone(model, out_path, record=json.dumps(record))
     log(f"clean test R@1 v2t {metrics['v2t_R1']:.1f} / t2v {metrics['t2v_R1']:.1f} after {train_seconds:.0f}s")
     return record

@@ -35,8 +35,12 @@ class NonFiniteError(RuntimeError):
     def __init__(self, what: str, batch_index: int, step: int | None = None):
         where = f"batch {batch_index}" + (f", step {step}" if step is not None else "")
         super().__init__(f"non-finite {what} at {where}")
+        self.what = what
         self.batch_index = batch_index
         self.step = step
+
+    def __reduce__(self):  # picklable across Ray workers
+        return type(self), (self.what, self.batch_index, self.step)
 
 
 @dataclass

@@ -1,0 +1,102 @@
+"""The Ray Data render stage through real submissions: all 12 perturbation types, each cache key rendered exactly
+once across two submissions, corrupt cache entries re-rendered, a corrupt source video failing only its clips."""
+import os
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import write_micro_grid
+from orchestrator.grid import load_grid
+from orchestrator.ledger import TrialLedger
+from orchestrator.plan import Paths, build_plan
+from orchestrator.render import render_keys
+from orchestrator.submit import SubmitOptions, submit
+from workloads.perturbations.video import NAMES
+from workloads.render_cache import RenderCache
+
+pytestmark = pytest.mark.slow
+
+ALL = "[" + ", ".join(NAMES) + "]"
+
+
+def cache_files(root):
+    return {p: p.stat().st_mtime_ns for p in root.rglob("*.npz")}
+
+
+def test_all_types_render_once_and_run_as_trials(tmp_path, shared_cache):
+    grid_file = write_micro_grid(tmp_path / "all.yaml", name="all12", backbones="[clip4clip]", methods="[source]",
+                                 perturbations=ALL, severities="[2]")
+    cache = tmp_path / "cache"  # private render cache (data and checkpoints are shared)
+    for sub in ("datasets", "models"):
+        (cache / sub).mkdir(parents=True)
+        for item in (shared_cache / sub).glob("*") if (shared_cache / sub).exists() else []:
+            os.symlink(item, cache / sub / item.name)
+    opts = SubmitOptions(results_dir=str(tmp_path / "results"), cache_dir=str(cache), num_cpus=2, dashboard=False)
+
+    first = submit(str(grid_file), opts)
+    plan = build_plan(load_grid(grid_file), Paths.make(tmp_path / "results", cache))
+    keys = [k for pair in plan.datasets["synthetic"].test.pairs for k in render_keys(plan, "synthetic", pair.video_id)]
+    assert len(keys) == len(set(k.digest for k in keys)) == 40 * 13
+    assert first.render.rendered == len(keys) and first.render.reused == 0 and first.render.failed == 0
+    files = cache_files(cache / "render")
+    assert len(files) == len(keys)
+    # without assets the three asset-backed types ran on their documented fallbacks, and said so
+    assert set(first.render.nonfaithful) >= {"main_object_occlusion", "style_transfer", "event_insertion"}
+    assert first.ok == 13 and first.failed == 0
+    table = pq.read_table(tmp_path / "results" / "all12" / "trials.parquet").to_pandas()
+    assert set(table["perturbation"]) == set(NAMES) | {"clean"}
+    ev = table[table.perturbation == "event_insertion"].iloc[0]
+    assert ev["faithful_renders"] == 0.0 and "distractor" in ev["fallbacks"]
+
+    # a second submission renders nothing: every key exactly once
+    second = submit(str(grid_file), SubmitOptions(**{**opts.__dict__, "rerun": True}))
+    assert second.render.rendered == 0 and second.render.reused == len(keys)
+    assert cache_files(cache / "render") == files, "no cache file was rewritten"
+    assert second.ok == 13
+
+    # a truncated entry is detected and re-rendered, alone
+    victim = RenderCache(cache / "render").path(keys[7])
+    victim.write_bytes(victim.read_bytes()[:100])
+    third = submit(str(grid_file), SubmitOptions(**{**opts.__dict__, "rerun": True}))
+    assert third.render.rendered == 1 and third.render.reused == len(keys) - 1
+    assert RenderCache(cache / "render").is_valid(keys[7])
+
+
+def test_corrupt_source_video_fails_its_clips_not_the_grid(tmp_path):
+    # real-dataset path: the synthetic files read through the msrvtt loader (the synthetic dataset itself would
+    # notice the damage against its manifest and regenerate)
+    from workloads.datasets import create_dataset
+
+    src = create_dataset("synthetic", root=str(tmp_path / "gen"), n_train=96, n_test=40, size=32).data_dir
+    root = tmp_path / "msrvtt"
+    shutil.copytree(src, root)
+    test = create_dataset("msrvtt", root=str(root)).test_split()
+    victim = test.pairs[5]
+    with open(victim.video_path, "wb") as f:  # a truncated download: a header and nothing else
+        f.write(b"\x00\x00\x00\x18ftypisom" + b"\x00" * 200)
+    grid_file = tmp_path / "bad.yaml"
+    grid_file.write_text(f"""
+name: badvideo
+datasets:
+  msrvtt: {{root: {root}}}
+models:
+  clip_model: mlvp-micro
+  finetune: {{steps: 6, batch_size: 32, precision: fp32}}
+backbones: [clip4clip]
+methods: [source, tent]
+query_shift: {{datasets: [msrvtt], perturbations: [gaussian_noise], severities: [3]}}
+""")
+    paths = Paths.make(tmp_path / "results", tmp_path / "cache")
+    report = submit(str(grid_file), SubmitOptions(results_dir=str(paths.results), cache_dir=str(paths.cache),
+                                                  num_cpus=2, dashboard=False))
+    assert report.render.failed == 2  # its clean and its noisy clip
+    assert {f["video_id"] for f in report.render.failures} == {victim.video_id}
+    assert all(f["video_path"] == victim.video_path for f in report.render.failures)
+    assert report.ok == 4 and report.failed == 0
+    ledger = TrialLedger(paths.ledger)
+    for t in build_plan(load_grid(grid_file), paths).trials:
+        e = ledger.get(t.key)
+        assert e["n_queries"] == 39 and e["n_gallery"] == 40
+        assert [d["video_id"] for d in e["dropped"]] == [victim.video_id]
+        assert "cannot decode" in e["dropped"][0]["reason"]

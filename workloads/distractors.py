@@ -1,0 +1,81 @@
+"""Choosing event-insertion distractors (vtr_tta_study s2.11).
+
+The reference embeds a pool of 2K MSRVTT-train videos with zero-shot CLIP (12 uniform frames, mean of UNnormalised
+frame embeddings), embeds each query's VLM caption (unnormalised text features), and inserts the pool video with the
+largest raw dot product: a hard, caption-similar distractor. We do the same with whatever is available and record
+every substitution:
+- pool: a user folder, else the dataset's own train split;
+- caption: the VLM caption from the main-objects JSON (`video_caption`), else the ground-truth caption;
+- embedder: zero-shot CLIP weights from the grid (`models.pretrained`), else the run's fine-tuned model.
+The choice is made once per (dataset, query video) and shared by every trial, like the rendered clip itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from workloads.perturbations.video.event_insertion import choose_distractor
+from workloads.video_io import read_frames, resize_center_crop
+
+
+@dataclass(frozen=True)
+class DistractorSource:
+    pool: str          # "folder" | "train_split"
+    caption: str       # "vlm" | "ground_truth"
+    embedder: str      # "zero_shot_clip" | "finetuned"
+
+    @property
+    def faithful(self) -> bool:
+        return (self.pool, self.caption, self.embedder) == ("folder", "vlm", "zero_shot_clip")
+
+    def describe(self) -> str:
+        return f"pool={self.pool}, caption={self.caption}, embedder={self.embedder}"
+
+
+@torch.no_grad()
+def embed_pool(model, paths: list[str], num_frames: int = 12, batch: int = 32) -> tuple[np.ndarray, list[str]]:
+    """Mean of unnormalised frame features of each pool video; pool videos that cannot be decoded are skipped
+    (returned as the second value) rather than failing the selection."""
+    feats, bad, chunk, rows = [], [], [], []
+
+    def flush():
+        if chunk:
+            x = model.preprocess_frames(torch.from_numpy(np.stack(chunk)))
+            feats.append(model.encode_frames(x).mean(1).float().cpu().numpy())
+            chunk.clear()
+
+    for i, p in enumerate(paths):
+        try:
+            chunk.append(resize_center_crop(read_frames(p, num_frames), model.image_size))
+            rows.append(i)
+        except Exception:
+            bad.append(p)
+        if len(chunk) == batch:
+            flush()
+    flush()
+    emb = np.full((len(paths), feats[0].shape[1] if feats else 1), -np.inf, dtype=np.float32)
+    if feats:
+        emb[rows] = np.concatenate(feats)
+    return emb, bad
+
+
+@torch.no_grad()
+def embed_captions(model, captions: list[str], batch: int = 128) -> np.ndarray:
+    out = [model.encode_text(model.tokenize(captions[i:i + batch])).float().cpu().numpy()
+           for i in range(0, len(captions), batch)]
+    return np.concatenate(out)
+
+
+def choose_all(pool_emb: np.ndarray, caption_emb: np.ndarray, pool_paths: list[str],
+               query_paths: list[str]) -> list[int]:
+    """Index into the pool of each query's distractor (never the query's own video)."""
+    where = {p: i for i, p in enumerate(pool_paths)}
+    usable = np.isfinite(pool_emb).all(1)
+    if not usable.any():
+        raise ValueError("no pool video could be decoded")
+    masked = np.where(usable[:, None], pool_emb, 0.0)
+    unusable = np.flatnonzero(~usable).tolist()
+    return [choose_distractor(cap, masked, exclude=unusable + ([where[path]] if path in where else []))
+            for cap, path in zip(caption_emb, query_paths)]
