@@ -4,7 +4,12 @@ One module per method, each a small `TTAMethod` subclass sharing the online loop
 """
 from __future__ import annotations
 
+from workloads.methods import eata as _eata  # noqa: F401
+from workloads.methods import hat_vtr as _hat_vtr  # noqa: F401
+from workloads.methods import read as _read  # noqa: F401
+from workloads.methods import sar as _sar  # noqa: F401
 from workloads.methods import source as _source  # noqa: F401  (registers)
+from workloads.methods import tcr as _tcr  # noqa: F401
 from workloads.methods import tent as _tent  # noqa: F401
 from workloads.methods.base import (  # noqa: F401
     ForwardOutput,
