@@ -94,12 +94,13 @@ def render_key(spec: TrialSpec, video_id: str, perturbation: str | None = None, 
 
 def _load_clips(spec: TrialSpec, cache: RenderCache, test: Split, perturbation: str, severity: int
                 ) -> tuple[list[int], list[dict], list[dict]]:
-    """Which pairs have a readable clip; the others with the reason they are dropped; metas of the good ones."""
+    """Which pairs have a clip in the cache; the others with the reason they are dropped; metas of the good ones.
+    Only the small meta member is read here (`probe`); frames are read and checksummed batch by batch later."""
     ok, dropped, metas = [], [], []
     for i, pair in enumerate(test.pairs):
         key = render_key(spec, pair.video_id, perturbation, severity)
         try:
-            _, meta = cache.read(key)
+            meta = cache.probe(key)
             ok.append(i)
             metas.append(meta)
         except (CacheMiss, CacheCorrupt) as err:
@@ -114,9 +115,19 @@ def _clip_batches(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, te
     """Yield QueryBatches of preprocessed clips, reading only one batch of clips at a time."""
     for b, start in enumerate(range(0, len(rows), spec.batch_size)):
         chunk = rows[start:start + spec.batch_size]
-        frames = np.stack([cache.read(render_key(spec, test.pairs[i].video_id, perturbation, severity))[0]
+        frames = np.stack([_read_clip(cache, render_key(spec, test.pairs[i].video_id, perturbation, severity))
                            for i in chunk])
         yield QueryBatch(b, model.preprocess_frames(torch.from_numpy(frames)))
+
+
+def _read_clip(cache: RenderCache, key: RenderKey) -> np.ndarray:
+    try:
+        return cache.read(key)[0]
+    except CacheCorrupt as err:
+        # the stream cannot skip a query half-way (scores of earlier batches are already adapted): fail the trial
+        # clearly and drop the entry, so the next submission re-renders it and reruns this trial
+        cache.path(key).unlink(missing_ok=True)
+        raise RuntimeError(f"render cache entry corrupt, removed: {err}; re-submit the grid to re-render it") from None
 
 
 @torch.no_grad()
