@@ -78,13 +78,12 @@ def cmd_status(args) -> int:
 
 def cmd_report(args) -> int:
     from orchestrator.results import qs_tables, to_markdown, write_tables
-    from workloads.methods import NAMES as METHODS
     from workloads.perturbations.video import NAMES as PERTS
 
     grid = load_grid(args.grid)
     plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
     entries = TrialLedger(plan.paths.ledger).entries(t.key for t in plan.trials)
-    files = write_tables(entries, plan.paths.grid_dir(grid.name), list(PERTS), list(METHODS), grid.backbones)
+    files = write_tables(entries, plan.paths.grid_dir(grid.name), list(PERTS), grid.methods, grid.backbones)
     import pyarrow.parquet as pq
 
     df = pq.read_table(files[0]).to_pandas()
@@ -93,7 +92,7 @@ def cmd_report(args) -> int:
     console = Console(highlight=False)
     console.print(f"{len(entries)}/{len(plan.trials)} cells in the ledger")
     if len(df):
-        for (ds, d, sev), t in qs_tables(df, args.metric, list(PERTS), list(METHODS), grid.backbones).items():
+        for (ds, d, sev), t in qs_tables(df, args.metric, list(PERTS), grid.methods, grid.backbones).items():
             console.print(f"\n{args.metric}: {ds} {d} severity {sev}\n{to_markdown(t, 2)}")
     for f in files:
         console.print(f"wrote {f}")

@@ -72,14 +72,14 @@ class AssetsSpec:
 @dataclass
 class FinetuneSpec:
     """Source fine-tuning for checkpoints the grid does not supply (the embedded default trains mlvp-tiny)."""
-    steps: int = 1500
+    steps: int = 500
     batch_size: int = 64
     lr: float = 1e-3
     weight_decay: float = 0.2
     frames_per_clip: int = 4
     precision: str = "bf16"
     xpool_init_from_clip4clip: bool = True   # start X-Pool from the fine-tuned mean-pooling model (faster)
-    xpool_steps: int | None = None           # steps for X-Pool when initialised from clip4clip (None: steps)
+    xpool_steps: int | None = 150            # steps for X-Pool when initialised from clip4clip (None: steps)
 
 
 @dataclass
@@ -97,6 +97,14 @@ class QueryShiftSpec:
     perturbations: list[str] = field(default_factory=list)
     severities: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
     clean: bool = True                       # add the unperturbed reference row
+
+
+@dataclass
+class VariantSpec:
+    """A named variant of a method (an ablation row): the method, its options, and optionally its own `faithful`."""
+    method: str
+    options: dict[str, Any] = field(default_factory=dict)
+    faithful: bool | None = None             # None: the grid's `faithful`
 
 
 @dataclass
@@ -126,6 +134,7 @@ class GridSpec:
     seed: int = 0
     faithful: bool = True
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    variants: dict[str, VariantSpec] = field(default_factory=dict)
     models: ModelsSpec = field(default_factory=ModelsSpec)
     assets: AssetsSpec = field(default_factory=AssetsSpec)
     runtime: RuntimeSpec = field(default_factory=RuntimeSpec)
@@ -243,14 +252,22 @@ def validate(grid: GridSpec) -> GridSpec:
         raise GridError(f"name: {grid.name!r} must be non-empty letters, digits, '-', '_' or '.' (it names a folder)")
     _check_names("datasets", list(grid.datasets), known_datasets(), "dataset")
     _check_names("backbones", grid.backbones, known_backbones(), "backbone")
-    _check_names("methods", grid.methods, known_methods(), "method")
+    methods = known_methods()
+    for name, v in grid.variants.items():
+        if name in methods:
+            raise GridError(f"variants.{name}: a variant cannot take a method's name; methods: {', '.join(methods)}")
+        _check_choice(f"variants.{name}.method", v.method, methods)
+        _check_method_options(f"variants.{name}.options", v.method, v.options)
+    _check_names("methods", grid.methods, methods + list(grid.variants), "method or variant")
     if not grid.backbones:
         raise GridError("backbones: list at least one backbone")
     if not grid.methods:
         raise GridError("methods: list at least one method")
-    for m in grid.method_options:
-        if m not in grid.methods:
-            raise GridError(f"method_options.{m}: not a method of this grid; grid methods: {', '.join(grid.methods)}")
+    for m, options in grid.method_options.items():
+        if m not in grid.methods or m in grid.variants:
+            raise GridError(f"method_options.{m}: not a method of this grid (variants carry their own options); "
+                            f"grid methods: {', '.join(grid.methods)}")
+        _check_method_options(f"method_options.{m}", m, options)
     qs = grid.query_shift
     _check_names("query_shift.datasets", qs.datasets, list(grid.datasets), "dataset (declare it under datasets:)")
     _check_names("query_shift.directions", qs.directions, ["v2t", "t2v"], "direction")
@@ -295,6 +312,15 @@ def validate(grid: GridSpec) -> GridSpec:
     if (a.adain_vgg is None) != (a.adain_decoder is None):
         raise GridError("assets: give both adain_vgg and adain_decoder (the AdaIN encoder and decoder) or neither")
     return grid
+
+
+def _check_method_options(where: str, method: str, options: dict[str, Any]) -> None:
+    from workloads.methods import METHODS
+
+    try:
+        METHODS[method].validate_options(options)
+    except ValueError as err:
+        raise GridError(f"{where}: {err}") from None
 
 
 def _check_path(where: str, path: str | None, kind: str) -> None:

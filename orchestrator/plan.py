@@ -159,6 +159,14 @@ def _file_version(path: str) -> str:
     return "file:" + file_digest(path)
 
 
+def _method_entry(grid: GridSpec, entry: str) -> tuple[str, dict, bool, str]:
+    """(method, options, faithful, variant label) of one `methods:` entry."""
+    if entry in grid.variants:
+        v = grid.variants[entry]
+        return v.method, dict(v.options), grid.faithful if v.faithful is None else v.faithful, entry
+    return entry, dict(grid.method_options.get(entry, {})), grid.faithful, ""
+
+
 def build_plan(grid: GridSpec, paths: Paths) -> Plan:
     from workloads.backbones.finetune import FinetuneConfig
 
@@ -218,15 +226,16 @@ def build_plan(grid: GridSpec, paths: Paths) -> Plan:
             need += dir_cells
             for pert, sev in dir_cells:
                 for backbone in grid.backbones:
-                    for method in grid.methods:
+                    for entry in grid.methods:
+                        method, options, faithful, variant = _method_entry(grid, entry)
                         trials.append(TrialSpec(
                             dataset=ds, direction=direction, scenario="query_shift", perturbation=pert,
                             severity=sev, method=method, backbone=backbone, seed=grid.seed,
-                            faithful=grid.faithful, source_dataset=ds, clip_model=m.clip_model,
+                            faithful=faithful, source_dataset=ds, clip_model=m.clip_model,
                             model_version=models[(backbone, ds)].version, data_version=datasets[ds].version,
                             batch_size=rt.batch_size, steps=rt.steps, num_frames=rt.num_frames,
                             resolution=resolution, precision=rt.precision, hub_k=rt.hub_k,
-                            options=json.dumps(grid.method_options.get(method, {})),
-                            render_assets=render_assets.get((ds, pert), "")))
+                            options=json.dumps(options), render_assets=render_assets.get((ds, pert), ""),
+                            variant=variant))
         renders[ds] = list(dict.fromkeys(need))
     return Plan(grid, paths, datasets, models, trials, renders, resolution, render_assets, embedders)

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from workloads.spec import CLEAN
 
-SPEC_COLUMNS = ["dataset", "direction", "scenario", "perturbation", "severity", "method", "backbone", "seed",
+SPEC_COLUMNS = ["dataset", "direction", "scenario", "perturbation", "severity", "method", "variant", "backbone", "seed",
                 "faithful", "source_dataset", "clip_model", "precision", "hub_k", "options", "model_version",
                 "data_version"]
 METRICS = ["R1", "R5", "R10", "MdR", "MnR"]
@@ -27,6 +27,7 @@ def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     for e in entries:
         spec = e["spec"]
         row = {"key": e["key"], "status": e["status"], **{c: spec.get(c) for c in SPEC_COLUMNS}}
+        row["row"] = spec.get("variant") or spec["method"]   # the table row: variant name, else method
         row.update({m: e.get("metrics", {}).get(m) for m in METRICS + HUB})
         row.update({t: e.get("timings", {}).get(t) for t in TIMINGS})
         row.update({"n_queries": e.get("n_queries"), "n_gallery": e.get("n_gallery"),
@@ -51,13 +52,13 @@ def qs_tables(df: pd.DataFrame, metric: str, perturbation_order: list[str], meth
     ok = df[(df["status"] == "ok") & (df["scenario"] == "query_shift")]
     out = {}
     for (ds, direction), part in ok.groupby(["dataset", "direction"], sort=False):
-        clean = part[part["perturbation"] == CLEAN].set_index(["backbone", "method"])[metric]
+        clean = part[part["perturbation"] == CLEAN].set_index(["backbone", "row"])[metric]
         pert = part[part["perturbation"] != CLEAN]
         severities = sorted(pert["severity"].unique()) or [0]
         for sev in severities:
             cells = pert[pert["severity"] == sev]
             if len(cells):
-                table = cells.pivot_table(index=["backbone", "method"], columns="perturbation", values=metric,
+                table = cells.pivot_table(index=["backbone", "row"], columns="perturbation", values=metric,
                                           aggfunc="first")
                 cols = [p for p in perturbation_order if p in table.columns]
                 table = table[cols]
@@ -67,7 +68,9 @@ def qs_tables(df: pd.DataFrame, metric: str, perturbation_order: list[str], meth
             if len(clean):
                 table["Clean"] = clean.reindex(table.index) if len(table.index) else clean
             order = [(b, m) for b in backbone_order for m in method_order if (b, m) in table.index]
-            out[(ds, direction, int(sev))] = table.reindex(order)
+            table = table.reindex(order)
+            table.index.names = ["backbone", "method"]
+            out[(ds, direction, int(sev))] = table
     return out
 
 

@@ -155,7 +155,6 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, opts: Subm
     from orchestrator.results import write_tables
     from orchestrator.tracking import Tracker, default_tracking_uri
     from orchestrator.tune import TrialEnvironment, run_trials
-    from workloads.methods import NAMES as METHOD_ORDER
     from workloads.perturbations.video import NAMES as PERT_ORDER
 
     paths = plan.paths
@@ -237,8 +236,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, opts: Subm
         finally:
             report.ok, report.failed = counts["ok"], counts["failed"]
     entries = ledger.entries(t.key for t in plan.trials)
-    report.tables = write_tables(entries, paths.grid_dir(grid.name), list(PERT_ORDER), list(METHOD_ORDER),
-                                 grid.backbones)
+    report.tables = write_tables(entries, paths.grid_dir(grid.name), list(PERT_ORDER), grid.methods, grid.backbones)
     n_ok = sum(e["status"] == "ok" for e in entries)
     tracker.finish_parent(parent, {"trials_ok": n_ok, "trials_failed": sum(e["status"] == "failed" for e in entries),
                                    "trials_missing": len(plan.trials) - len(entries), "ran_now_ok": counts["ok"],

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 GRID_AXES = ("dataset", "direction", "scenario", "perturbation", "severity", "method", "backbone", "seed")
-PARAMS = GRID_AXES + ("faithful", "source_dataset", "clip_model", "batch_size", "steps", "num_frames",
+PARAMS = GRID_AXES + ("variant", "faithful", "source_dataset", "clip_model", "batch_size", "steps", "num_frames",
                       "resolution", "precision", "hub_k", "options", "model_version", "data_version")
 
 
@@ -117,4 +117,5 @@ class Tracker:
 
 def _label(spec: dict[str, Any]) -> str:
     cell = spec["perturbation"] if not spec["severity"] else f"{spec['perturbation']}-{spec['severity']}"
-    return f"{spec['dataset']}/{spec['direction']}/{spec['backbone']}/{spec['method']}/{cell}"
+    method = spec.get("variant") or spec["method"]
+    return f"{spec['dataset']}/{spec['direction']}/{spec['backbone']}/{method}/{cell}"

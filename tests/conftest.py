@@ -7,6 +7,13 @@ import pytest
 # nothing is downloaded in tests; Ray stays on loopback
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# one compute thread per process: the test process, Ray workers and the synthetic generator share 2 cores, and
+# oversubscribed torch/OpenMP threads made the suite ~15x slower on a loaded machine
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
 
 MICRO_GRID = """
 name: {name}

@@ -65,7 +65,7 @@ def test_wrong_types():
 
 def test_unknown_names_list_the_allowed_values():
     msg = error_of(grid_with(methods=["source", "tnet"]))
-    assert "methods[1]: unknown method 'tnet'" in msg and "tent" in msg
+    assert "methods[1]: unknown method or variant 'tnet'" in msg and "tent" in msg
     msg = error_of(grid_with(backbones=["clip"]))
     assert "unknown backbone 'clip'" in msg and "clip4clip" in msg and "xpool" in msg
     msg = error_of(grid_with(query_shift__perturbations=["gaussian"]))
@@ -84,7 +84,7 @@ def test_missing_required_and_bad_values():
     assert "methods: required key is missing" in error_of(g)
     assert "runtime.precision: 'fp16' is not allowed" in error_of(grid_with(runtime__precision="fp16"))
     assert "runtime.steps: must be >= 1" in error_of(grid_with(runtime__steps=0))
-    assert "duplicate method 'source'" in error_of(grid_with(methods=["source", "source"]))
+    assert "duplicate method or variant 'source'" in error_of(grid_with(methods=["source", "source"]))
     assert "checkpoint file not found" in error_of(grid_with(models__checkpoints={"clip4clip": {"synthetic": "/nope.pt"}}))
     assert "directory not found" in error_of(grid_with(datasets={"synthetic": {"root": "/no/such/dir"}}))
 
@@ -104,3 +104,31 @@ def test_load_grid_file_errors(tmp_path):
 def test_every_shipped_grid_is_valid():
     for path in sorted((ROOT / "grids").glob("*.yaml")):
         load_grid(path)
+
+
+def test_method_variants_become_their_own_rows_with_their_options():
+    g = grid_with(methods=["source", "hat_vtr", "no_hsm", "fixed"],
+                  variants={"no_hsm": {"method": "hat_vtr", "options": {"hsm_target": False, "hsm_rerank": False}},
+                            "fixed": {"method": "hat_vtr", "faithful": False}})
+    plan = build_plan(parse_grid(g, "g.yaml"), Paths.make("/tmp/mlvp-grid-test"))
+    by_label = {}
+    for t in plan.trials:
+        by_label.setdefault(t.method_label, []).append(t)
+    assert set(by_label) == {"source", "hat_vtr", "no_hsm", "fixed"}
+    no_hsm = by_label["no_hsm"][0]
+    assert no_hsm.method == "hat_vtr" and no_hsm.method_options == {"hsm_target": False, "hsm_rerank": False}
+    assert by_label["fixed"][0].faithful is False and by_label["hat_vtr"][0].faithful is True
+    assert len({t.key for t in plan.trials}) == len(plan.trials)
+
+
+def test_variant_and_method_option_errors():
+    msg = error_of(grid_with(methods=["v"], variants={"v": {"method": "hat_vtr", "options": {"hsm": False}}}))
+    assert "variants.v.options: method 'hat_vtr' does not take option(s) ['hsm']" in msg and "hsm_rerank" in msg
+    msg = error_of(grid_with(methods=["v"], variants={"v": {"method": "hatvtr"}}))
+    assert "variants.v.method: 'hatvtr' is not allowed" in msg
+    msg = error_of(grid_with(variants={"tent": {"method": "tent"}}))
+    assert "cannot take a method's name" in msg
+    msg = error_of(grid_with(methods=["tent"], method_options={"tent": {"lr": "fast"}}))
+    assert "method_options.tent: option 'lr' of method 'tent' must be a finite number" in msg
+    # lr / weight_decay / temperature are accepted by every method
+    parse_grid(grid_with(methods=["tent"], method_options={"tent": {"lr": 1e-4, "temperature": 0.01}}), "g.yaml")

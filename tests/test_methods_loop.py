@@ -146,8 +146,13 @@ def test_registry_and_errors():
     model, gallery, _ = stream("clip4clip", "v2t", n=4)
     with pytest.raises(ValueError, match="unknown method 'tnet'; known methods: source, tent"):
         create_method("tnet", model, "v2t", gallery)
-    with pytest.raises(ValueError, match="takes no options"):
+    with pytest.raises(ValueError, match=r"method 'tent' does not take option\(s\) \['margin'\]"):
         create_method("tent", model, "v2t", gallery, margin=0.4)
+    # grid-time validation: common constructor options are fine for every method, others by the method's table
+    METHODS["tent"].validate_options({"lr": 1e-4})
+    METHODS["hat_vtr"].validate_options({"hsm_rerank": False, "lr": 1e-4})
+    with pytest.raises(ValueError, match="must be true/false"):
+        METHODS["hat_vtr"].validate_options({"hsm_rerank": "no"})
     with pytest.raises(ValueError, match="gallery was encoded for v2t"):
         create_method("tent", model, "t2v", gallery)
     with pytest.raises(ValueError, match="empty query stream"):

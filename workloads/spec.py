@@ -23,7 +23,7 @@ class TrialSpec:
     scenario: str                # query_shift | cross_dataset | zero_shot
     perturbation: str            # "clean" or a perturbation name of the query modality
     severity: int                # 0 for clean
-    method: str
+    method: str                  # a registered method
     backbone: str
     seed: int = 0
     faithful: bool = True
@@ -39,6 +39,7 @@ class TrialSpec:
     hub_k: int = 10
     options: str = "{}"          # method options (lr override, ablation switches) as canonical JSON
     render_assets: str = ""      # version of the perturbation's assets (weights, boxes, distractors); "" = none
+    variant: str = ""            # the grid's name for a method variant (ablation row); "" = the plain method
 
     def __post_init__(self):
         if self.direction not in ("v2t", "t2v"):
@@ -64,7 +65,12 @@ class TrialSpec:
     def label(self) -> str:
         cell = self.perturbation if self.severity == 0 else f"{self.perturbation}/{self.severity}"
         src = f" from {self.source_dataset}" if self.scenario != "query_shift" else ""
-        return f"{self.dataset}{src} {self.direction} {self.backbone} {self.method} {cell}"
+        return f"{self.dataset}{src} {self.direction} {self.backbone} {self.method_label} {cell}"
+
+    @property
+    def method_label(self) -> str:
+        """The row name in tables: the variant's name, else the method's."""
+        return self.variant or self.method
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

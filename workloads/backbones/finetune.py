@@ -32,7 +32,7 @@ class FinetuneConfig:
     backbone: str = "clip4clip"
     clip_model: str = "mlvp-tiny"
     init: str = ""                      # identity of the starting weights ("" = random init), part of the key
-    steps: int = 1500
+    steps: int = 500
     batch_size: int = 64
     lr: float = 1e-3
     weight_decay: float = 0.2

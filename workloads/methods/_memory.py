@@ -9,49 +9,11 @@ from typing import Any, Mapping
 import torch
 import torch.nn.functional as F
 
-from workloads.methods.base import softmax_entropy
+from workloads.methods.base import check_option_values, softmax_entropy  # noqa: F401  (re-exported)
 
 # --------------------------------------------------------------------------------------------------------------
 # options
 # --------------------------------------------------------------------------------------------------------------
-
-_SCALARS = (bool, int, float, str, type(None))
-
-
-def check_option_values(method: str, options: Mapping[str, Any], spec: Mapping[str, tuple[type, Any]]
-                        ) -> dict[str, Any]:
-    """Validate `options` against a method's option table `spec` {name: (kind, default)} and return the full option
-    dict with defaults filled in. `kind` is bool, int or float; a default of None means "depends on `faithful`"
-    (the method resolves it). Unknown names are rejected with the allowed list; values must be JSON scalars of the
-    right kind (ints are accepted for floats and integral floats for ints, as JSON round-trips give them; null means
-    the default)."""
-    unknown = sorted(set(options) - set(spec))
-    if unknown:
-        raise ValueError(f"method {method!r} does not take option(s) {unknown}; allowed options: "
-                         f"{', '.join(sorted(spec))}")
-    out = {name: default for name, (_, default) in spec.items()}
-    for name, value in options.items():
-        kind = spec[name][0]
-        if value is None:  # null = the default
-            continue
-        if not isinstance(value, _SCALARS):
-            raise ValueError(f"option {name!r} of method {method!r} must be a JSON scalar, got "
-                             f"{type(value).__name__}")
-        if kind is bool:
-            if not isinstance(value, bool):
-                raise ValueError(f"option {name!r} of method {method!r} must be true/false, got {value!r}")
-        elif kind is int:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or float(value) != int(value):
-                raise ValueError(f"option {name!r} of method {method!r} must be an integer, got {value!r}")
-            value = int(value)
-        elif kind is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"option {name!r} of method {method!r} must be a finite number, got {value!r}")
-            value = float(value)
-        out[name] = value
-    return out
-
 
 def require(cond: bool, method: str, message: str) -> None:
     if not cond:

@@ -16,9 +16,10 @@ A method is a subclass of `TTAMethod` overriding a few hooks:
 from __future__ import annotations
 
 import copy
+import math
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Iterator
+from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -83,6 +84,44 @@ class ForwardOutput:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def check_option_values(method: str, options: Mapping[str, Any], spec: Mapping[str, tuple[type, Any]]
+                        ) -> dict[str, Any]:
+    """Validate `options` against a method's option table `spec` {name: (kind, default)} and return the full option
+    dict with defaults filled in. `kind` is bool, int or float; a default of None means "depends on `faithful`"
+    (the method resolves it). Unknown names are rejected with the allowed list; values must be JSON scalars of the
+    right kind (ints are accepted for floats and integral floats for ints, as JSON round-trips give them; null means
+    the default)."""
+    unknown = sorted(set(options) - set(spec))
+    if unknown:
+        raise ValueError(f"method {method!r} does not take option(s) {unknown}; allowed options: "
+                         f"{', '.join(sorted(spec))}")
+    out = {name: default for name, (_, default) in spec.items()}
+    for name, value in options.items():
+        kind = spec[name][0]
+        if value is None:  # null = the default
+            continue
+        if not isinstance(value, _SCALARS):
+            raise ValueError(f"option {name!r} of method {method!r} must be a JSON scalar, got "
+                             f"{type(value).__name__}")
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"option {name!r} of method {method!r} must be true/false, got {value!r}")
+        elif kind is int:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or float(value) != int(value):
+                raise ValueError(f"option {name!r} of method {method!r} must be an integer, got {value!r}")
+            value = int(value)
+        elif kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"option {name!r} of method {method!r} must be a finite number, got {value!r}")
+            value = float(value)
+        out[name] = value
+    return out
+
+
 def softmax_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Row entropy H_i = -sum_j p_ij log p_ij of softmax(logits) along dim 1 (summed, unlike the reference's
     elementwise helper; SAR's faithful mode uses `elementwise_entropy`)."""
@@ -100,6 +139,16 @@ class TTAMethod:
     # learning rate per direction (config_tta/msrvtt/*, s1.2)
     lr: ClassVar[dict[str, float]] = {"v2t": 3e-5, "t2v": 3e-5}
     adapts: ClassVar[bool] = True
+    # method-specific options {name: (kind, default)}; see check_option_values
+    OPTIONS: ClassVar[dict[str, tuple[type, Any]]] = {}
+    # options every method takes (they are constructor arguments, not method state)
+    COMMON_OPTIONS: ClassVar[dict[str, tuple[type, Any]]] = {"lr": (float, None), "weight_decay": (float, 1e-4),
+                                                              "temperature": (float, 0.02)}
+
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> None:
+        """Check option names and kinds without building the method (a grid is checked before anything runs)."""
+        check_option_values(cls.name, options, {**cls.COMMON_OPTIONS, **cls.OPTIONS})
 
     def __init__(self, model: VideoTextModel, direction: str, gallery: Gallery, *, steps: int = 3,
                  lr: float | None = None, weight_decay: float = 1e-4, temperature: float = 0.02,
@@ -127,10 +176,9 @@ class TTAMethod:
 
     # -- set-up -------------------------------------------------------------------------------------------------
     def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """Validate method-specific options; the base class takes none."""
-        if options:
-            raise ValueError(f"method {self.name!r} takes no options, got {sorted(options)}")
-        return options
+        """Validate method-specific options against `OPTIONS` and fill in defaults; override to resolve defaults
+        that depend on `faithful` or the gallery."""
+        return check_option_values(self.name, options, self.OPTIONS)
 
     def setup(self) -> None:
         """Freeze everything, then train only the query tower's LayerNorm weights and biases (s1.1 item 4)."""
