@@ -94,7 +94,7 @@ class ModelsSpec:
 class QueryShiftSpec:
     datasets: list[str] = field(default_factory=list)
     directions: list[str] = field(default_factory=lambda: ["v2t"])
-    perturbations: list[str] = field(default_factory=list)
+    perturbations: list[str] = field(default_factory=list)   # video perturbations: they shift v2t queries
     severities: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
     clean: bool = True                       # add the unperturbed reference row
 
@@ -273,9 +273,13 @@ def validate(grid: GridSpec) -> GridSpec:
     _check_names("query_shift.directions", qs.directions, ["v2t", "t2v"], "direction")
     _check_names("query_shift.perturbations", qs.perturbations, known_video_perturbations(), "video perturbation")
     _check_names("query_shift.severities", qs.severities, [1, 2, 3, 4, 5], "severity")
-    if "t2v" in qs.directions and qs.perturbations:
-        raise GridError("query_shift.directions: t2v takes text perturbations, which this version does not have yet; "
-                        "list t2v only with perturbations: [] (clean text queries)")
+    if qs.directions == ["t2v"] and qs.perturbations:
+        raise GridError("query_shift.perturbations: video perturbations shift video queries (v2t); t2v queries are "
+                        "text, and text perturbations are not implemented yet: add v2t to directions or list no "
+                        "perturbations")
+    if "t2v" in qs.directions and not qs.clean:
+        raise GridError("query_shift.clean: t2v runs only the clean cell so far (no text perturbations yet): set "
+                        "clean: true or drop t2v")
     if not qs.datasets:
         raise GridError("query_shift.datasets: list at least one dataset")
     if not qs.perturbations and not qs.clean:

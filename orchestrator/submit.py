@@ -79,6 +79,9 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console)
         cached = plan.model_path(backbone, ds).is_file()
         console.print(f"  checkpoint {backbone}/{ds}: {src}{' (cached)' if cached and not m.given_path else ''}")
     console.print(f"  render jobs: {plan.render_count()}")
+    if "t2v" in plan.grid.query_shift.directions and plan.grid.query_shift.perturbations:
+        console.print("  note: t2v runs its clean cell only (video perturbations shift v2t queries; text "
+                      "perturbations are not implemented yet)")
 
 
 def prepare_models(plan: Plan, console: Console) -> dict[str, str]:

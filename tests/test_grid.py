@@ -132,3 +132,14 @@ def test_variant_and_method_option_errors():
     assert "method_options.tent: option 'lr' of method 'tent' must be a finite number" in msg
     # lr / weight_decay / temperature are accepted by every method
     parse_grid(grid_with(methods=["tent"], method_options={"tent": {"lr": 1e-4, "temperature": 0.01}}), "g.yaml")
+
+
+def test_t2v_runs_clean_cells_beside_perturbed_v2t():
+    plan = build_plan(parse_grid(grid_with(query_shift__directions=["v2t", "t2v"]), "g.yaml"),
+                      Paths.make("/tmp/mlvp-grid-test"))
+    cells = {(t.direction, t.perturbation) for t in plan.trials}
+    assert cells == {("v2t", "clean"), ("v2t", "gaussian_noise"), ("t2v", "clean")}
+    assert "video perturbations shift video queries" in error_of(
+        grid_with(query_shift__directions=["t2v"]))
+    assert "t2v runs only the clean cell" in error_of(
+        grid_with(query_shift__directions=["v2t", "t2v"], query_shift__clean=False))

@@ -1,6 +1,10 @@
 """Pure PyTorch/numpy workloads of the MLVP benchmark: perturbations, datasets, backbones, TTA methods, metrics
 and one trial. Never imports Ray, MLflow or `orchestrator`: a single trial runs without them."""
 
-# Bump when a change alters what a trial computes (scores, renders, training): it is part of every cache key and
-# trial key, so stale results are never mixed with new ones.
-CODE_VERSION = "0.1.0"
+CODE_VERSION = "0.1.0"  # the package version, recorded with every result
+
+# Content versions, part of the cache and ledger keys: bump one when a change alters what that stage produces, so
+# stale results are never mixed with new ones, and only that stage's caches are invalidated.
+RENDER_VERSION = "2"     # perturbation outputs (render cache; and, through it, every trial)
+FINETUNE_VERSION = "1"   # source fine-tuning (checkpoints; and, through model_version, every trial)
+TRIAL_VERSION = "1"      # online TTA, scoring and metrics (trial keys, gallery cache)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from workloads import CODE_VERSION
+from workloads import RENDER_VERSION
 from workloads.seeding import digest, stable_seed
 from workloads.spec import CLEAN
 from workloads.video_io import read_video, resize_center_crop
@@ -51,7 +51,12 @@ class RenderKey:
 
     @property
     def digest(self) -> str:
-        return digest({"key": asdict(self), "code": CODE_VERSION}, length=16)
+        return digest({"key": asdict(self), "render": RENDER_VERSION}, length=16)
+
+    @property
+    def clip_seed(self) -> int:
+        """Seed of choices made once per clip (per type), shared by all severities: per (dataset, video, grid seed)."""
+        return stable_seed(self.dataset, self.video_id, self.seed)
 
     @property
     def perturbation_seed(self) -> int:
@@ -182,7 +187,8 @@ def render_video(video_path: str, keys: list[RenderKey], cache: RenderCache,
         t1 = time.perf_counter()
         # one ClipContext for all requests of this video (the frame count is shared: keys of one video agree)
         renders = vp.render_many(video, [(k.perturbation, k.severity, k.perturbation_seed) for k in perturbed],
-                                 num_frames=perturbed[0].num_frames, errors="return", **assets)
+                                 num_frames=perturbed[0].num_frames, errors="return",
+                                 clip_seed=perturbed[0].clip_seed, **assets)
         per_key = (time.perf_counter() - t1) / len(perturbed) + decode_s / len(keys)
         for key, r in zip(perturbed, renders):
             if r.error is not None:

@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from workloads import CODE_VERSION
+from workloads import RENDER_VERSION, TRIAL_VERSION
 from workloads.seeding import digest
 
 SCENARIOS = ("query_shift", "cross_dataset", "zero_shot")
@@ -58,8 +58,8 @@ class TrialSpec:
 
     @property
     def key(self) -> str:
-        """Content hash of the spec and the code version: the trial ledger's index."""
-        return digest({"spec": asdict(self), "code": CODE_VERSION}, length=20)
+        """Content hash of the spec and the code versions it depends on: the trial ledger's index."""
+        return digest({"spec": asdict(self), "trial": TRIAL_VERSION, "render": RENDER_VERSION}, length=20)
 
     @property
     def label(self) -> str:

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from workloads import CODE_VERSION
+from workloads import CODE_VERSION, RENDER_VERSION, TRIAL_VERSION
 from workloads.backbones import create_backbone
 from workloads.backbones.model import VideoTextModel
 from workloads.datasets import create_dataset
@@ -137,7 +137,7 @@ def encode_gallery(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, t
     gkey = digest({"model": spec.model_version, "backbone": spec.backbone, "clip": spec.clip_model,
                    "data": spec.data_version, "dataset": spec.dataset, "direction": spec.direction,
                    "rows": digest(rows), "frames": spec.num_frames, "res": spec.resolution,
-                   "precision": spec.precision, "code": CODE_VERSION})
+                   "precision": spec.precision, "trial": TRIAL_VERSION, "render": RENDER_VERSION})
     path = Path(ctx.gallery_cache) / f"{spec.dataset}-{spec.backbone}-{spec.direction}-{gkey}.pt" \
         if ctx.gallery_cache else None
     if path is not None and path.is_file():

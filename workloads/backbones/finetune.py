@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from workloads import CODE_VERSION
+from workloads import CODE_VERSION, FINETUNE_VERSION
 from workloads.backbones import create_backbone, load_checkpoint, save_backbone
 from workloads.backbones.model import VideoTextModel, cosine_similarity
 from workloads.datasets.base import Split
@@ -45,7 +45,7 @@ class FinetuneConfig:
 
     def key(self, dataset: str, data_version: str) -> str:
         """Content key: config (with the init weights' identity), data version, code version."""
-        return digest({"config": asdict(self), "dataset": dataset, "data": data_version, "code": CODE_VERSION})
+        return digest({"config": asdict(self), "dataset": dataset, "data": data_version, "code": FINETUNE_VERSION})
 
 
 def decode_split(split: Split, num_frames: int | None, size: int

@@ -64,15 +64,16 @@ def apply(name: str, video: np.ndarray, severity: int, seed: int = 0, num_frames
 
 
 def render_many(video: np.ndarray, requests: Iterable[tuple[str, int, int]], num_frames: int = 12,
-                errors: str = "raise", **assets: Any) -> list[Rendered]:
+                errors: str = "raise", clip_seed: int | None = None, **assets: Any) -> list[Rendered]:
     """Render several (name, severity, seed) requests of one video, sharing the per-video work.
     errors="return": a request that fails comes back with `error` set and no frames, the others still render
-    (the render cache uses this so one bad perturbation fails one clip, not its siblings)."""
+    (the render cache uses this so one bad perturbation fails one clip, not its siblings).
+    clip_seed: seeds choices made once per clip and type (the style image), shared across severities."""
     if errors not in ("raise", "return"):
         raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
     requests = [(n, check_severity(s), int(seed)) for n, s, seed in requests]
     infos = [get(n) for n, _, _ in requests]  # validate every name before any work
-    ctx = ClipContext(video, num_frames=num_frames, assets=assets)
+    ctx = ClipContext(video, num_frames=num_frames, assets=assets, clip_seed=clip_seed)
     out = []
     for info, (name, severity, seed) in zip(infos, requests):
         try:

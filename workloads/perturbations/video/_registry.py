@@ -23,7 +23,8 @@ SEVERITIES = (1, 2, 3, 4, 5)
 class ClipContext:
     """One source video and everything renderings of it may share."""
 
-    def __init__(self, video: np.ndarray, num_frames: int = 12, assets: dict[str, Any] | None = None):
+    def __init__(self, video: np.ndarray, num_frames: int = 12, assets: dict[str, Any] | None = None,
+                 clip_seed: int | None = None):
         video = np.asarray(video)
         if video.ndim != 4 or video.shape[-1] != 3 or video.dtype != np.uint8:
             raise ValueError(f"video must be uint8 [N, H, W, 3], got {video.dtype} {video.shape}")
@@ -33,7 +34,17 @@ class ClipContext:
         self.num_frames = int(num_frames)
         self.indices = uniform_indices(len(video), self.num_frames)
         self.assets = dict(assets or {})
+        self.clip_seed = clip_seed
         self._memo: dict[Any, Any] = {}
+
+    def clip_rng(self, name: str, fallback: np.random.Generator) -> np.random.Generator:
+        """A random stream for choices made once per clip and type, shared by all severities (e.g. the style image),
+        so severities differ only in strength. Without a clip seed, the request's own stream."""
+        if self.clip_seed is None:
+            return fallback
+        from workloads.seeding import stable_seed
+
+        return np.random.default_rng(stable_seed(self.clip_seed, name))
 
     @property
     def sampled(self) -> np.ndarray:

@@ -176,8 +176,11 @@ def _cover(image: np.ndarray, h: int, w: int) -> np.ndarray:
     return img[top:top + h, left:left + w]
 
 
-def proxy_stylize(frames: np.ndarray, style: np.ndarray, alpha: float, texture: float = 1.0) -> np.ndarray:
+def proxy_stylize(frames: np.ndarray, style: np.ndarray, alpha: float, texture: float = 1.0,
+                  stylized: np.ndarray | None = None) -> np.ndarray:
     """Non-faithful stand-in for AdaIN, deterministic and model-free. uint8 [T, H, W, 3] -> uint8 same shape.
+    Steps 1-3 do not depend on alpha: pass their result (`proxy_stylized`) as `stylized` to share it across
+    severities.
 
     1. Colour statistics transfer (Reinhard et al.) in CIE Lab, a decorrelated colour space: per channel,
        (x - mean_clip) / std_clip * std_style + mean_style, statistics over the whole clip so frames stay consistent
@@ -188,6 +191,12 @@ def proxy_stylize(frames: np.ndarray, style: np.ndarray, alpha: float, texture: 
     4. out = alpha * stylised + (1 - alpha) * content (alpha = the reference's per-severity AdaIN alpha)."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    styl = proxy_stylized(frames, style, texture) if stylized is None else stylized
+    return to_uint8(alpha * styl + (1.0 - alpha) * to_float(np.asarray(frames)))
+
+
+def proxy_stylized(frames: np.ndarray, style: np.ndarray, texture: float = 1.0) -> np.ndarray:
+    """Steps 1-3 of `proxy_stylize` (alpha = 1), float RGB [T, H, W, 3] in [0, 1]."""
     frames = np.asarray(frames)
     t, h, w, _ = frames.shape
     content = to_float(frames)
@@ -207,7 +216,7 @@ def proxy_stylize(frames: np.ndarray, style: np.ndarray, alpha: float, texture: 
         lab_o = _lab(styl)
         lab_o[..., 0] = np.clip(lab_o[..., 0] + texture * detail[None], 0.0, 100.0)
         styl = np.clip(_rgb(lab_o), 0.0, 1.0)
-    return to_uint8(alpha * styl + (1.0 - alpha) * content)
+    return styl
 
 
 # ----------------------------------------------------------------------------------------------- the perturbation
@@ -247,7 +256,8 @@ def style_transfer(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """AdaIN style transfer with one style per clip; alpha 0.2..1.0 (s2.10). Proxy without weights."""
     alpha = ALPHAS[severity - 1]
     weights = _adain_assets(ctx)
-    style = _pick_style(ctx, rng)
+    # one style per clip: with a clip seed every severity draws the same style (and shares its encoding)
+    style = _pick_style(ctx, ctx.clip_rng("style_transfer", rng))
     frames = ctx.sampled
     meta: dict[str, Any] = {"alpha": alpha, "style": style["name"]}
     if "style_fallback" in style:
@@ -275,7 +285,8 @@ def style_transfer(ctx: ClipContext, severity: int, rng: np.random.Generator):
                                                  "(no style_images asset; the reference uses Painter-by-Numbers)")
         return out, meta
 
-    out = proxy_stylize(frames, style["image"], alpha)
+    stylized = ctx.memo(("style_transfer.proxy", style["name"]), lambda: proxy_stylized(frames, style["image"]))
+    out = proxy_stylize(frames, style["image"], alpha, stylized=stylized)
     what = "the given style images" if style["given"] else "built-in procedural style images"
     meta.update(mode="proxy", faithful=False,
                 fallback=f"no AdaIN weights: Lab mean/std transfer + bilateral smoothing + style texture overlay, "
@@ -283,4 +294,4 @@ def style_transfer(ctx: ClipContext, severity: int, rng: np.random.Generator):
     return out, meta
 
 
-__all__ = ["ALPHAS", "style_transfer", "proxy_stylize", "builtin_styles", "list_style_images", "read_style_image"]
+__all__ = ["ALPHAS", "style_transfer", "proxy_stylize", "proxy_stylized", "builtin_styles", "list_style_images", "read_style_image"]
