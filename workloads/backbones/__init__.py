@@ -102,8 +102,7 @@ def create_backbone(name: str, clip_model: str = "mlvp-tiny", pretrained: str | 
                     device: str | torch.device = "cpu", clip_only: bool = False, **pooling_kwargs) -> VideoTextModel:
     """`clip_only=True` takes only the CLIP weights from an mlvp checkpoint of another pooling head (X-Pool started
     from a fine-tuned mean-pooling model, or zero-shot X-Pool = CLIP + identity-initialised head)."""
-    if name not in BACKBONES:
-        raise ValueError(f"unknown backbone {name!r}; known backbones: {', '.join(sorted(BACKBONES))}")
+    pooling_cls = BACKBONES.lookup(name)
     ckpt = load_checkpoint(str(pretrained)) if is_backbone_checkpoint(pretrained) else None
     whole = ckpt is not None and ckpt["backbone"] == name and not clip_only
     if ckpt is not None:
@@ -117,7 +116,7 @@ def create_backbone(name: str, clip_model: str = "mlvp-tiny", pretrained: str | 
     else:
         clip, tokenizer, image_size = _build_clip(clip_model, pretrained)
     embed_dim = int(clip.text_projection.shape[1])
-    pooling = BACKBONES[name](embed_dim=embed_dim, **pooling_kwargs)
+    pooling = pooling_cls(embed_dim=embed_dim, **pooling_kwargs)
     model = VideoTextModel(clip, pooling, tokenizer, backbone=name, clip_model=clip_model, image_size=image_size)
     if whole:
         model.load_state_dict(ckpt["state_dict"], strict=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Sequence
 
+from workloads.registry import Registry
 from workloads.seeding import digest
 
 
@@ -95,25 +96,13 @@ class VideoTextDataset:
         return missing
 
 
-DATASETS: dict[str, type[VideoTextDataset]] = {}
-
-
-def register_dataset(name: str) -> Callable[[type[VideoTextDataset]], type[VideoTextDataset]]:
-    def wrap(cls: type[VideoTextDataset]) -> type[VideoTextDataset]:
-        if name in DATASETS:
-            raise ValueError(f"dataset {name!r} registered twice")
-        cls.name = name
-        DATASETS[name] = cls
-        return cls
-
-    return wrap
+DATASETS = Registry("dataset")
+register_dataset = DATASETS.register
 
 
 def create_dataset(name: str, root: str | None = None, **options) -> VideoTextDataset:
     """Build a registered dataset by name; unknown names fail with the list of known ones."""
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; known datasets: {', '.join(sorted(DATASETS))}")
-    return DATASETS[name](root=root, **options)
+    return DATASETS.lookup(name)(root=root, **options)
 
 
 # --------------------------------------------------------------------------------------------------------------

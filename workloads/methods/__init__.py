@@ -27,6 +27,4 @@ NAMES: tuple[str, ...] = tuple(n for n in ("source", "tent", "read", "sar", "eat
 
 
 def create_method(name: str, model, direction: str, gallery: Gallery, **options) -> TTAMethod:
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; known methods: {', '.join(NAMES)}")
-    return METHODS[name](model, direction, gallery, **options)
+    return METHODS.lookup(name, NAMES)(model, direction, gallery, **options)
