@@ -63,12 +63,14 @@ def cmd_status(args) -> int:
     plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
     ledger = TrialLedger(plan.paths.ledger)
     console = Console(highlight=False)
-    counts = ledger.counts(t.key for t in plan.trials)
+    entries = {t.key: ledger.get(t.key) for t in plan.trials}
+    counts = Counter("missing" if e is None else e["status"] for e in entries.values())
     console.print(f"{grid.name}: {len(plan.trials)} cells: {counts.get('ok', 0)} done, {counts.get('failed', 0)} "
                   f"failed, {counts.get('missing', 0)} never run")
-    failed = [(t, ledger.get(t.key)) for t in plan.trials if counts and ledger.status(t.key) == "failed"]
+    failed = [(t, entries[t.key]) for t in plan.trials if entries[t.key] and entries[t.key]["status"] == "failed"]
     for t, e in failed if args.all else failed[:20]:
-        console.print(f"  [red]failed[/] {t.label} [{t.key[:10]}]: {(e.get('error') or '').splitlines()[0]}")
+        first_line = ((e.get("error") or "no error recorded").splitlines() or [""])[0]
+        console.print(f"  [red]failed[/] {t.label} [{t.key[:10]}]: {first_line}")
     if len(failed) > 20 and not args.all:
         console.print(f"  ... {len(failed) - 20} more (--all)")
     if counts.get("failed") or counts.get("missing"):
