@@ -71,6 +71,7 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console)
                   f"({c.get('ok', 0)} done, {c.get('failed', 0)} failed, {c.get('missing', 0)} new) -> "
                   f"{len(todo)} to run")
     for name, ds in plan.datasets.items():
+        announce_generation(name, ds.dataset, console)
         cells = plan.renders.get(name, [])
         console.print(f"  dataset {name}: {len(ds.test)} test pairs, {len(cells)} render cells "
                       f"({len(ds.test) * len(cells)} clips at {plan.resolution}px)")
@@ -82,6 +83,19 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console)
     if "t2v" in plan.grid.query_shift.directions and plan.grid.query_shift.perturbations:
         console.print("  note: t2v runs its clean cell only (video perturbations shift v2t queries; text "
                       "perturbations are not implemented yet)")
+
+
+def announce_generation(name: str, dataset, console: Console) -> None:
+    """Say so before a generated dataset is built on first use (it takes a few seconds and prints nothing)."""
+    location = getattr(dataset, "location", None)
+    config = getattr(dataset, "config", None)
+    if location is None or config is None:
+        return
+    from workloads.datasets.synthetic import is_complete
+
+    if not is_complete(location, config):
+        console.print(f"generating dataset {name} ({config.n_train} train / {config.n_test} test clips, "
+                      f"{config.size}px, H.264) into {location} (first use only) ...")
 
 
 def prepare_models(plan: Plan, console: Console) -> dict[str, str]:
