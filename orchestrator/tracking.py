@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+# MLflow 3's UI opens experiments without this tag in its GenAI (traces) view; ours are runs to compare
+KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 GRID_AXES = ("dataset", "direction", "scenario", "perturbation", "severity", "method", "backbone", "seed")
 PARAMS = GRID_AXES + ("variant", "faithful", "source_dataset", "clip_model", "batch_size", "steps", "num_frames",
                       "resolution", "precision", "hub_k", "options", "model_version", "data_version")
@@ -35,12 +37,14 @@ class Tracker:
         name = f"mlvp/{grid_name}"
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
+            if exp.tags.get(KIND_TAG) != KIND:
+                self.client.set_experiment_tag(exp.experiment_id, KIND_TAG, KIND)
             return exp.experiment_id
         artifact_location = None
         if self.uri.startswith("sqlite:") or "://" not in self.uri:
             # mlflow's default is ./mlruns relative to wherever the user stands; keep artifacts beside the store
             artifact_location = (self.results_dir / "mlartifacts" / grid_name).as_uri()
-        return self.client.create_experiment(name, artifact_location=artifact_location)
+        return self.client.create_experiment(name, artifact_location=artifact_location, tags={KIND_TAG: KIND})
 
     def start_parent(self, grid, grid_text: str, summary: dict[str, Any]) -> str:
         exp = self.experiment(grid.name)

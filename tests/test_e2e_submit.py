@@ -48,6 +48,8 @@ def test_submit_runs_every_cell_logs_mlflow_writes_tables_and_resubmit_reuses(tm
     # MLflow: a parent run for the submission with 20 child runs carrying the params and metrics
     client = MlflowClient(tracking_uri=report.tracking_uri)
     exp = client.get_experiment_by_name("mlvp/micro")
+    # MLflow 3's UI opens untagged experiments in its GenAI (traces) view; ours must open on the runs table
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     parent = client.get_run(report.parent_run_id)
     assert parent.info.status == "FINISHED" and parent.data.metrics["trials_ok"] == 20
     children = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{report.parent_run_id}'",
