@@ -66,8 +66,10 @@ def encode(yuv: list[np.ndarray], width: int, height: int, bitrate: int, fps: fl
     enc.framerate = rate
     enc.bit_rate = int(bitrate)
     enc.thread_count = 1
+    # mbtree off: with x264's macroblock-tree rate control the same frames encoded to different bytes in different
+    # processes (its result depended on the heap layout); renders must be reproducible (see video_io.write_mp4)
     enc.options = {"preset": PRESET, "maxrate": str(int(bitrate)), "bufsize": str(int(bitrate * VBV_SECONDS)),
-                   "threads": "1"}
+                   "threads": "1", "x264-params": "mbtree=0"}
     packets: list[bytes] = []
     for i, planes in enumerate(yuv):
         frame = av.VideoFrame.from_ndarray(planes, format="yuv420p")
@@ -117,7 +119,7 @@ def h264_compression(ctx: ClipContext, severity: int, rng: np.random.Generator):
         "faithful": True,
         "codec": f"libx264 via PyAV {av.__version__}",
         "preset": PRESET,
-        "rate_control": f"ABR + VBV (maxrate = target, bufsize = {VBV_SECONDS} s); reference: ABR only",
+        "rate_control": f"ABR + VBV (maxrate = target, bufsize = {VBV_SECONDS} s), mbtree off; reference: ABR only",
         "target_bitrate_bps": bitrate,
         "maxrate_bps": bitrate,
         "bufsize_bits": int(bitrate * VBV_SECONDS),
