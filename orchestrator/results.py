@@ -19,7 +19,7 @@ METRICS = ["R1", "R5", "R10", "MdR", "MnR"]
 HUB = ["hub_skewness", "hub_truncated_skewness", "hub_atkinson", "hub_robin_hood", "hub_antihub_occurrence",
        "hub_hub_occurrence", "hub_max_k_occurrence", "hub_antihub_count"]
 TIMINGS = ["gallery_s", "adapt_s", "total_s", "per_query_ms"]
-TABLE_METRICS = {"R1": "R@1 (%)", "hub_skewness": f"k-occurrence skewness"}
+TABLE_METRICS = {"R1": "R@1 (%)", "hub_skewness": "k-occurrence skewness"}
 
 
 def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -3,13 +3,10 @@ terms (vtr_tta_study s1.8-s1.9). Pure PyTorch; every tensor stays on the device 
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Mapping
-
 import torch
 import torch.nn.functional as F
 
-from workloads.methods.base import check_option_values, softmax_entropy  # noqa: F401  (re-exported)
+from workloads.methods.base import softmax_entropy
 
 # --------------------------------------------------------------------------------------------------------------
 # options

@@ -30,8 +30,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from workloads.methods._memory import check_option_values, require
-from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod, softmax_entropy
+from workloads.methods._memory import require
+from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod, check_option_values, softmax_entropy
 from workloads.methods.registry import register_method
 
 

@@ -58,14 +58,13 @@ from workloads.backbones.model import cosine_similarity
 from workloads.methods._memory import (
     PairMemory,
     center_uniformity,
-    check_option_values,
     intra_video_uniformity,
     modality_gap,
     noise_robust_entropy,
     pair_entropy,
     require,
 )
-from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod
+from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod, check_option_values
 from workloads.methods.registry import register_method
 
 LOSS_TERMS = ("na", "mguni_inter", "mguni_intra", "mgcm_global", "mgcm_frame")

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from workloads.methods._memory import check_option_values, require
-from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod
+from workloads.methods._memory import require
+from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod, check_option_values
 from workloads.methods.registry import register_method
 
 

@@ -37,8 +37,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from workloads.methods._memory import check_option_values, require
-from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod, elementwise_entropy, softmax_entropy
+from workloads.methods._memory import require
+from workloads.methods.base import (ForwardOutput, QueryBatch, TTAMethod, check_option_values, elementwise_entropy,
+                                    softmax_entropy)
 from workloads.methods.registry import register_method
 
 

@@ -34,14 +34,13 @@ import torch.nn.functional as F
 from workloads.methods._memory import (
     PairMemory,
     center_uniformity,
-    check_option_values,
     gap_indicator,
     modality_gap,
     noise_robust_entropy,
     pair_entropy,
     require,
 )
-from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod
+from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod, check_option_values
 from workloads.methods.registry import register_method
 
 

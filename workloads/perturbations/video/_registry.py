@@ -95,6 +95,16 @@ def check_severity(severity: int) -> int:
     return int(severity)
 
 
+def find_files(folder: str, extensions: tuple[str, ...]) -> tuple[str, ...]:
+    """Every file under `folder` (recursive) whose name ends with one of `extensions` (case-insensitive), as
+    sorted absolute paths, so asset choices do not depend on the file system's listing order."""
+    import os
+
+    found = [os.path.abspath(os.path.join(root, f)) for root, _dirs, files in os.walk(folder)
+             for f in files if f.lower().endswith(extensions)]
+    return tuple(sorted(found))
+
+
 def to_float(frames: np.ndarray) -> np.ndarray:
     """uint8 -> float32 in [0, 1]."""
     return frames.astype(np.float32) / 255.0

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 import cv2
 import numpy as np
 
-from workloads.perturbations.video._registry import ClipContext, register
+from workloads.perturbations.video._registry import ClipContext, find_files, register
 from workloads.video_io import read_frames, uniform_indices
 
 RATIOS = {1: 0.30, 2: 0.40, 3: 0.50, 4: 0.60, 5: 0.70}
@@ -59,14 +59,10 @@ def _list_pool_cached(folder: str) -> tuple[str, ...]:
     p = Path(folder)
     if not p.is_dir():
         raise FileNotFoundError(f"distractor pool folder not found (asset distractor_pool): {folder}")
-    found = []
-    for root, _dirs, files in os.walk(p):
-        for f in files:
-            if f.lower().endswith(POOL_EXTENSIONS):
-                found.append(os.path.abspath(os.path.join(root, f)))
+    found = find_files(folder, POOL_EXTENSIONS)
     if not found:
         raise ValueError(f"no .mp4/.avi videos under distractor pool {folder}")
-    return tuple(sorted(found))
+    return found
 
 
 def _pool_paths(pool: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:

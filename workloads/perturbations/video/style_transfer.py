@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import cv2
 import numpy as np
 
-from workloads.perturbations.video._registry import ClipContext, register, to_float, to_uint8
+from workloads.perturbations.video._registry import ClipContext, find_files, register, to_float, to_uint8
 
 ALPHAS = (0.2, 0.4, 0.6, 0.8, 1.0)
 STYLE_EXTENSIONS = (".png", ".jpg", ".jpeg")
@@ -61,14 +61,10 @@ def _list_style_folder(source: str) -> tuple[str, ...]:
         return (str(p),)
     if not p.is_dir():
         raise FileNotFoundError(f"style image folder not found (asset style_images): {source}")
-    found = []
-    for root, _dirs, files in os.walk(p):
-        for f in files:
-            if f.lower().endswith(STYLE_EXTENSIONS):
-                found.append(os.path.join(root, f))
+    found = find_files(source, STYLE_EXTENSIONS)
     if not found:
         raise ValueError(f"no .png/.jpg/.jpeg style images under {source} (asset style_images)")
-    return tuple(sorted(found))
+    return found
 
 
 @functools.lru_cache(maxsize=1)
