@@ -203,7 +203,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, opts: Subm
         if e and e["status"] == "ok" and not e.get("mlflow_run_id"):
             ledger.update(t.key, mlflow_run_id=tracker.log_trial(parent, grid.name, e))
 
-    counts = {"ok": 0, "failed": 0}
+    counts = {"ok": 0, "failed": 0}  # trials run by this submission (the recorder counts them)
     status = "FINISHED"
     if todo:
         rt = grid.runtime
@@ -214,43 +214,19 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, opts: Subm
                                use_gpu=rt.gpus_per_trial > 0, threads=max(1, int(rt.cpus_per_trial)))
         progress = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(), console=console)
-        task = progress.add_task("trials", total=len(todo), failed=0)
-
-        def on_result(result: dict[str, Any]) -> None:
-            entry = ledger.put(result, submission=submission)
-            try:
-                ledger.update(result["key"], mlflow_run_id=tracker.log_trial(parent, grid.name, entry))
-            except Exception as err:  # tracking trouble must not lose the result: the ledger has it
-                console.print(f"[yellow]MLflow logging failed for {result['key']}: {err}[/]")
-            counts[result["status"] if result["status"] == "ok" else "failed"] += 1
-            spec = result["spec"]
-            cell = spec["perturbation"] + (f"/{spec['severity']}" if spec["severity"] else "")
-            if result["status"] == "ok":
-                m = result["metrics"]
-                line = (f"R@1 {m['R1']:5.1f}  skew {m['hub_skewness']:5.2f}  "
-                        f"({result['timings'].get('total_s', 0):.1f}s)")
-            else:
-                line = f"[red]FAILED[/] {result['error']}"
-            progress.console.print(f"  {spec['backbone']:9s} {spec['method']:8s} {spec['direction']} {cell:22s} {line}")
-            progress.update(task, advance=1, failed=counts["failed"])
-
-        def on_crash(spec: dict[str, Any], message: str) -> None:
-            from workloads.spec import TrialSpec
-
-            s = TrialSpec.from_dict(spec)
-            on_result({"key": s.key, "spec": spec, "status": "failed", "error": f"worker crashed: {message}",
-                       "metrics": {}, "timings": {}})
-
+        recorder = LiveRecorder(ledger, tracker, parent, grid.name, submission, progress,
+                                progress.add_task("trials", total=len(todo), failed=0))
         try:
             with progress:
                 run_trials(todo, env, storage_path=str(paths.grid_dir(grid.name) / "tune"), name=submission,
                            cpus_per_trial=rt.cpus_per_trial, gpus_per_trial=rt.gpus_per_trial,
                            max_failures=rt.max_failures, max_concurrent=rt.max_concurrent_trials,
-                           on_result=on_result, on_crash=on_crash)
+                           on_result=recorder.result, on_crash=recorder.crash)
         except KeyboardInterrupt:
             status = "KILLED"
             console.print("[yellow]interrupted: finished trials are in the ledger; `resume` runs the rest[/]")
         finally:
+            counts = recorder.counts
             report.ok, report.failed = counts["ok"], counts["failed"]
     entries = ledger.entries(t.key for t in plan.trials)
     report.tables = write_tables(entries, paths.grid_dir(grid.name), list(PERT_ORDER), grid.methods, grid.backbones)
@@ -267,6 +243,44 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, opts: Subm
     if status == "KILLED":
         raise KeyboardInterrupt
     return report
+
+
+class LiveRecorder:
+    """The driver's side of every finished trial, in this order: the ledger (so nothing is lost if anything after
+    fails), its MLflow child run, a console line and the progress bar."""
+
+    def __init__(self, ledger: TrialLedger, tracker, parent: str, grid_name: str, submission: str, progress, task):
+        self.ledger, self.tracker, self.parent = ledger, tracker, parent
+        self.grid_name, self.submission = grid_name, submission
+        self.progress, self.task = progress, task
+        self.counts = {"ok": 0, "failed": 0}
+
+    def result(self, result: dict[str, Any]) -> None:
+        entry = self.ledger.put(result, submission=self.submission)
+        try:
+            run_id = self.tracker.log_trial(self.parent, self.grid_name, entry)
+            self.ledger.update(result["key"], mlflow_run_id=run_id)
+        except Exception as err:  # tracking trouble must not lose the result: the ledger has it
+            self.progress.console.print(f"[yellow]MLflow logging failed for {result['key']}: {err}[/]")
+        ok = result["status"] == "ok"
+        self.counts["ok" if ok else "failed"] += 1
+        spec = result["spec"]
+        cell = spec["perturbation"] + (f"/{spec['severity']}" if spec["severity"] else "")
+        label = spec.get("variant") or spec["method"]
+        if ok:
+            m = result["metrics"]
+            line = f"R@1 {m['R1']:5.1f}  skew {m['hub_skewness']:5.2f}  ({result['timings'].get('total_s', 0):.1f}s)"
+        else:
+            line = f"[red]FAILED[/] {result['error']}"
+        self.progress.console.print(f"  {spec['backbone']:9s} {label:12s} {spec['direction']} {cell:22s} {line}")
+        self.progress.update(self.task, advance=1, failed=self.counts["failed"])
+
+    def crash(self, spec: dict[str, Any], message: str) -> None:
+        """A trial whose worker died (after Tune's retries): recorded as failed, like any other failure."""
+        from workloads.spec import TrialSpec
+
+        self.result({"key": TrialSpec.from_dict(spec).key, "spec": spec, "status": "failed",
+                     "error": f"worker crashed: {message}", "metrics": {}, "timings": {}})
 
 
 def prepare_assets(plan: Plan, checkpoints: dict[str, str], console: Console
