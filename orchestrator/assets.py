@@ -54,7 +54,7 @@ def asset_version(grid, dataset: str, perturbation: str, data_version: str, embe
                                   _listing_version(a.style_images) if a.style_images else "builtin"])
     pool = distractor_pool(grid, dataset)
     return "distractors:" + digest([_listing_version(pool) if pool else f"train:{data_version}",
-                                    file_digest(d.main_objects) if d.main_objects else "gt-captions",
+                                    file_digest(d.main_objects) if d.main_objects else "query-video",
                                     embedder_version])
 
 
@@ -95,18 +95,21 @@ def _choose_task(dataset, root, options, pool_folder, boxes_path, clip_model, em
         pool_paths, pool_kind = list_pool(pool_folder), "folder"
     else:
         pool_paths, pool_kind = sorted({p.video_path for p in ds.train_split().pairs}), "train_split"
-    captions, caption_kind = [p.caption for p in test.pairs], "ground_truth"
+    vlm = None
     if boxes_path:
         entries = load_main_objects(boxes_path)
         vlm = [(entries.get(p.video_id) or {}).get("video_caption") for p in test.pairs]
-        if all(vlm):
-            captions, caption_kind = vlm, "vlm"
-    source = DistractorSource(pool_kind, caption_kind, embedder_kind)
     device = "cuda" if use_gpu else "cpu"
     model = create_backbone("clip4clip", clip_model, pretrained=embedder_path, clip_only=True, device=device)
     pool_emb, unreadable = embed_pool(model, pool_paths, num_frames)
-    chosen = choose_all(pool_emb, embed_captions(model, captions), pool_paths, [p.video_path for p in test.pairs])
+    if vlm and all(vlm):
+        query_emb, caption_kind = embed_captions(model, vlm), "vlm"
+    else:  # label-free: what the query video itself shows (never its ground-truth caption, the retrieval target)
+        query_emb, _ = embed_pool(model, [p.video_path for p in test.pairs], num_frames)
+        caption_kind = "query_video"
+    source = DistractorSource(pool_kind, caption_kind, embedder_kind)
+    chosen = choose_all(pool_emb, query_emb, pool_paths, [p.video_path for p in test.pairs])
     return {p.video_id: {"event_distractor": pool_paths[i], "event_distractor_source": source.describe(),
                          "event_distractor_faithful": source.faithful, "pool_size": len(pool_paths),
                          "pool_unreadable": len(unreadable)}
-            for p, i in zip(test.pairs, chosen)}
+            for p, i in zip(test.pairs, chosen) if i is not None}

@@ -48,6 +48,14 @@ def test_all_types_render_once_and_run_as_trials(tmp_path, shared_cache):
     assert set(table["perturbation"]) == set(NAMES) | {"clean"}
     ev = table[table.perturbation == "event_insertion"].iloc[0]
     assert ev["faithful_renders"] == 0.0 and "distractor" in ev["fallbacks"]
+    # without VLM captions the distractor is chosen from what the query video shows, never from its ground-truth
+    # caption (the retrieval target)
+    import json
+    (choice_file,) = (cache / "distractors").glob("synthetic-*.json")
+    choices = json.loads(choice_file.read_text())
+    assert len(choices) == 40
+    assert {c["event_distractor_source"] for c in choices.values()} == {
+        "pool=train_split, caption=query_video, embedder=finetuned"}
 
     # a second submission renders nothing: every key exactly once
     second = submit(str(grid_file), SubmitOptions(**{**opts.__dict__, "rerun": True}))

@@ -2,10 +2,13 @@
 
 The reference embeds a pool of 2K MSRVTT-train videos with zero-shot CLIP (12 uniform frames, mean of UNnormalised
 frame embeddings), embeds each query's VLM caption (unnormalised text features), and inserts the pool video with the
-largest raw dot product: a hard, caption-similar distractor. We do the same with whatever is available and record
-every substitution:
+largest raw dot product: a hard distractor, similar to what the query video shows. We do the same with whatever is
+available and record every substitution:
 - pool: a user folder, else the dataset's own train split;
-- caption: the VLM caption from the main-objects JSON (`video_caption`), else the ground-truth caption;
+- query side: the VLM caption from the main-objects JSON (`video_caption`), else the query VIDEO's own embedding
+  (same pooling as the pool videos). Never the ground-truth caption: that is the retrieval target, and choosing the
+  perturbation with it leaks the answer into the query (measured on the synthetic data: with ground-truth captions
+  the "distractor" shared the caption's background and objects and event insertion RAISED R@1 over clean);
 - embedder: zero-shot CLIP weights from the grid (`models.pretrained`), else the run's fine-tuned model.
 The choice is made once per (dataset, query video) and shared by every trial, like the rendered clip itself.
 """
@@ -23,7 +26,7 @@ from workloads.video_io import read_frames, resize_center_crop
 @dataclass(frozen=True)
 class DistractorSource:
     pool: str          # "folder" | "train_split"
-    caption: str       # "vlm" | "ground_truth"
+    caption: str       # "vlm" (VLM caption of the query video) | "query_video" (the query video's embedding)
     embedder: str      # "zero_shot_clip" | "finetuned"
 
     @property
@@ -69,8 +72,9 @@ def embed_captions(model, captions: list[str], batch: int = 128) -> np.ndarray:
 
 
 def choose_all(pool_emb: np.ndarray, caption_emb: np.ndarray, pool_paths: list[str],
-               query_paths: list[str]) -> list[int]:
-    """Index into the pool of each query's distractor (never the query's own video)."""
+               query_paths: list[str]) -> list[int | None]:
+    """Index into the pool of each query's distractor (never the query's own video); None for a query whose own
+    embedding is not finite (its video could not be decoded: its clips fail at render time anyway)."""
     where = {p: i for i, p in enumerate(pool_paths)}
     usable = np.isfinite(pool_emb).all(1)
     if not usable.any():
@@ -78,4 +82,5 @@ def choose_all(pool_emb: np.ndarray, caption_emb: np.ndarray, pool_paths: list[s
     masked = np.where(usable[:, None], pool_emb, 0.0)
     unusable = np.flatnonzero(~usable).tolist()
     return [choose_distractor(cap, masked, exclude=unusable + ([where[path]] if path in where else []))
+            if np.isfinite(cap).all() else None
             for cap, path in zip(caption_emb, query_paths)]
