@@ -121,20 +121,20 @@ def prepare_models(plan: Plan, console: Console) -> dict[str, str]:
                       f"{', from ' + m.init_from[0] if m.init_from else ''}) ...")
         t0 = time.time()
         record = ray.get(task.remote(m.finetune, ds, dsp.root, dsp.options, dsp.version, str(plan.paths.models),
-                                     init))
+                                     init, "cuda" if gpus else "cpu"))
         mt = record["metrics"]
         console.print(f"  {backbone}/{ds}: clean R@1 v2t {mt['v2t_R1']:.1f} / t2v {mt['t2v_R1']:.1f} "
                       f"({time.time() - t0:.0f}s) -> {path.name}")
     return paths
 
 
-def _finetune_task(config, dataset: str, root, options, data_version: str, cache_dir: str, init_path):
+def _finetune_task(config, dataset: str, root, options, data_version: str, cache_dir: str, init_path, device: str):
     from workloads.backbones.finetune import ensure_finetuned
     from workloads.datasets import create_dataset
 
     ds = create_dataset(dataset, root=root, **options)
     _, record = ensure_finetuned(config, ds.train_split(), ds.test_split(), cache_dir, data_version,
-                                 init_path=init_path, log=lambda s: print(s, flush=True))
+                                 init_path=init_path, log=lambda s: print(s, flush=True), device=device)
     return record
 
 

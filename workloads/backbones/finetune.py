@@ -111,16 +111,18 @@ def evaluate(model: VideoTextModel, frames_uint8: np.ndarray, captions: list[str
 
 
 def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | Path,
-             init_path: str | None = None, log: Callable[[str], None] = print) -> dict:
+             init_path: str | None = None, log: Callable[[str], None] = print, device: str | None = None) -> dict:
     """Train, evaluate on the clean test split, save the checkpoint to out_path; returns the record.
     `init_path`: open_clip weights or an mlvp checkpoint (of any pooling head: only its CLIP is taken) to start
-    from; its identity must be in `config.init`."""
+    from; its identity must be in `config.init`. `device`: None = CUDA when this process sees a GPU (a Ray task
+    given one), else the CPU; not part of the checkpoint key, recorded in the record."""
     if bool(init_path) != bool(config.init):
         raise ValueError("pass init_path exactly when config.init names the starting weights")
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     model = create_backbone(config.backbone, config.clip_model, pretrained=init_path, clip_only=True,
-                            **config.pooling_kwargs)
+                            device=device, **config.pooling_kwargs)
     size = model.image_size
     t0 = time.time()
     train_clips, clip_of_pair, train_kept, train_bad = decode_split(train, None, size)   # [V, F, S, S, 3] uint8
@@ -147,8 +149,7 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
     warm = max(1, int(config.warmup * config.steps))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / config.steps))))
-    autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if config.precision == "bf16"
-                else torch.autocast("cpu", enabled=False))
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
     n_frames_total = train_clips.shape[1]
     model.train()
     t0, order, pos = time.time(), rng.permutation(len(groups)), 0
@@ -177,7 +178,7 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
     metrics = evaluate(model, test_frames, [test.pairs[i].caption for i in test_kept])
     record = {"config": asdict(config), "train_fingerprint": train.fingerprint, "test_fingerprint":
               test.fingerprint, "train_seconds": train_seconds, "metrics": metrics, "code_version": CODE_VERSION,
-              "skipped_videos": {"train": train_bad, "test": test_bad}}
+              "device": str(device), "skipped_videos": {"train": train_bad, "test": test_bad}}
     save_backbone(model, out_path, record=json.dumps(record))
     log(f"clean test R@1 v2t {metrics['v2t_R1']:.1f} / t2v {metrics['t2v_R1']:.1f} after {train_seconds:.0f}s")
     return record
@@ -188,7 +189,8 @@ def checkpoint_path(config: FinetuneConfig, dataset: str, data_version: str, cac
 
 
 def ensure_finetuned(config: FinetuneConfig, train: Split, test: Split, cache_dir: str | Path, data_version: str,
-                     init_path: str | None = None, log: Callable[[str], None] = print) -> tuple[Path, dict]:
+                     init_path: str | None = None, log: Callable[[str], None] = print,
+                     device: str | None = None) -> tuple[Path, dict]:
     """Return (checkpoint path, record), training only when no checkpoint with the same content key exists."""
     path = checkpoint_path(config, train.dataset, data_version, cache_dir)
     if path.is_file():
@@ -199,4 +201,4 @@ def ensure_finetuned(config: FinetuneConfig, train: Split, test: Split, cache_di
         except Exception as err:  # unreadable: retrain rather than fail
             log(f"cached checkpoint {path} unreadable ({err}); retraining")
             os.unlink(path)
-    return path, finetune(config, train, test, path, init_path=init_path, log=log)
+    return path, finetune(config, train, test, path, init_path=init_path, log=log, device=device)
