@@ -1,8 +1,8 @@
 """Per-query cost of the 7 TTA methods and the HSM's share of a HAT-VTR step (the paper's Tables 8-9).
 
     python benchmarks/tta_cost.py [--model mlvp-tiny] [--backbone clip4clip] [--direction v2t] [--gallery 256]
-        [--batches 6] [--batch-size 16] [--frames 12] [--device cpu] [--threads 1] [--repeats 3] [--corrected]
-        [--out benchmarks/tta_cost_results.md] [--append]
+        [--batches 6] [--batch-size 16] [--frames 12] [--device cpu] [--threads 1] [--repeats 3] [--precision fp32]
+        [--corrected] [--out benchmarks/tta_cost_results.md] [--append]
 
 Everything is measured in ONE process on the SAME inputs: one randomly initialised model (its state restored
 before every run), one gallery encoded once, one query stream of `--batches` batches. Each method runs the whole
@@ -139,7 +139,8 @@ def hsm_at_scale(g: int, batch: int, device: torch.device, repeats: int) -> tupl
 
 def timed_stream(model, initial, name, gallery, queries, args, device) -> float:
     model.load_state_dict(initial)
-    method = create_method(name, model, args.direction, gallery, faithful=not args.corrected)
+    method = create_method(name, model, args.direction, gallery, faithful=not args.corrected,
+                           precision=args.precision)
     sync(device)
     t0 = time.perf_counter()
     run_stream(method, iter_batches(queries, args.batch_size))
@@ -161,6 +162,7 @@ def main(argv=None) -> str:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--hsm-scales", default="1000,4917",
                     help="gallery sizes G (with N = G remembered rows) for the HSM-at-scale table; '' to skip")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="trial compute (bf16 autocast)")
     ap.add_argument("--corrected", action="store_true", help="faithful=False for every method")
     ap.add_argument("--out", default=str(Path(__file__).with_name("tta_cost_results.md")))
     ap.add_argument("--append", action="store_true", help="append a section to --out instead of overwriting")
@@ -176,8 +178,8 @@ def main(argv=None) -> str:
     warm = queries[:args.batch_size]
     for name in NAMES:  # warm-up (allocator, kernels, autograd graph), not timed
         model.load_state_dict(initial)
-        run_stream(create_method(name, model, args.direction, gallery, faithful=not args.corrected),
-                   iter_batches(warm, args.batch_size))
+        run_stream(create_method(name, model, args.direction, gallery, faithful=not args.corrected,
+                                 precision=args.precision), iter_batches(warm, args.batch_size))
 
     times: dict[str, list[float]] = {name: [] for name in NAMES}
     for _ in range(args.repeats):
@@ -202,7 +204,7 @@ def main(argv=None) -> str:
     lines = [
         f"## {args.model} / {args.backbone} / {args.direction}, G = {args.gallery}, {args.batches} batches of "
         f"{args.batch_size} ({n_query} queries), {args.frames} frames at {model.image_size} px, "
-        f"{'corrected' if args.corrected else 'faithful'} mode",
+        f"{'corrected' if args.corrected else 'faithful'} mode, {args.precision}",
         "",
         f"Command: `{cmd.strip()}`  ",
         f"Device: {dev}; torch {torch.__version__}; median of {args.repeats} interleaved runs per method.",
