@@ -6,6 +6,8 @@ fail with one line naming the key, the bad value and the allowed values. See REA
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -337,10 +339,45 @@ def _check_path(where: str, path: str | None, kind: str) -> None:
         raise GridError(f"{where}: {what} not found: {path} (assets are local paths; nothing is downloaded)")
 
 
+_ENV_VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
+
+
+def expand_path(where: str, value: str | None) -> str | None:
+    """`${VAR}` and `${VAR:-default}` in a path are replaced from the environment (one grid serves every machine:
+    `root: ${MLVP_DATA}/MSRVTT`); an unset variable without a default is an error naming it."""
+    if value is None:
+        return None
+
+    def sub(m: re.Match) -> str:
+        env = os.environ.get(m["name"])
+        if env is not None:
+            return env
+        if m["default"] is not None:
+            return m["default"]
+        raise GridError(f"{where}: environment variable {m['name']} is not set (in {value!r}); export it, e.g. "
+                        f"export {m['name']}=/path, or write the path out")
+
+    return _ENV_VAR.sub(sub, value)
+
+
+def _expand_paths(grid: GridSpec) -> None:
+    for name, entry in grid.datasets.items():
+        entry.root = expand_path(f"datasets.{name}.root", entry.root)
+        for key in ("main_objects", "distractor_pool"):
+            setattr(entry.assets, key, expand_path(f"datasets.{name}.assets.{key}", getattr(entry.assets, key)))
+    grid.models.pretrained = expand_path("models.pretrained", grid.models.pretrained)
+    for backbone, by_ds in grid.models.checkpoints.items():
+        for ds in by_ds:
+            by_ds[ds] = expand_path(f"models.checkpoints.{backbone}.{ds}", by_ds[ds])
+    for f in dataclasses.fields(AssetsSpec):
+        setattr(grid.assets, f.name, expand_path(f"assets.{f.name}", getattr(grid.assets, f.name)))
+
+
 def parse_grid(data: Any, source: str = "<grid>") -> GridSpec:
     try:
         grid = _build(GridSpec, data, "")
         grid.source = source
+        _expand_paths(grid)
         return validate(grid)
     except GridError as err:
         raise GridError(f"{source}: {err}") from None
