@@ -88,7 +88,7 @@ def main(argv=None) -> int:
                                         init_path=checkpoints.get(init), log=lambda s: None, device=dev)
         checkpoints[backbone], versions[backbone] = str(path), "ft:" + cfg.key("synthetic", ds.version())
         m = record["metrics"]
-        say(f"- fine-tuned {backbone} ({steps} steps, bf16) on {record.get('device')}: "
+        say(f"- fine-tuned {backbone} ({steps} steps, {record['precision']}) on {record['device']}: "
             f"{record['train_seconds']:.1f}s training, clean R@1 v2t {m['v2t_R1']:.1f} / t2v {m['t2v_R1']:.1f}"
             + (" (cached checkpoint)" if reused else f" ({time.time() - t1:.1f}s with decode and evaluation)"))
 

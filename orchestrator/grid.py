@@ -79,7 +79,7 @@ class FinetuneSpec:
     lr: float = 1e-3
     weight_decay: float = 0.2
     frames_per_clip: int = 4
-    precision: str = "bf16"
+    precision: str = "auto"                  # fp32 | bf16 | auto (bf16 where the device has it natively)
     xpool_init_from_clip4clip: bool = True   # start X-Pool from the fine-tuned mean-pooling model (faster)
     xpool_steps: int | None = 150            # steps for X-Pool when initialised from clip4clip (None: steps)
 
@@ -290,7 +290,7 @@ def validate(grid: GridSpec) -> GridSpec:
         raise GridError("query_shift.severities: list at least one severity for the perturbations")
     rt = grid.runtime
     _check_choice("runtime.precision", rt.precision, ["fp32", "bf16"])
-    _check_choice("models.finetune.precision", grid.models.finetune.precision, ["fp32", "bf16"])
+    _check_choice("models.finetune.precision", grid.models.finetune.precision, ["fp32", "bf16", "auto"])
     for key in ("batch_size", "steps", "num_frames", "hub_k"):
         if getattr(rt, key) < 1:
             raise GridError(f"runtime.{key}: must be >= 1, got {getattr(rt, key)}")

@@ -1,8 +1,10 @@
 """Source fine-tuning: the embedded default learns retrieval far above chance, and the checkpoint is cached."""
 import pytest
+import torch
 
 from workloads.backbones import create_backbone
-from workloads.backbones.finetune import FinetuneConfig, decode_split, ensure_finetuned, evaluate
+from workloads.backbones.finetune import (FinetuneConfig, decode_split, ensure_finetuned, evaluate,
+                                         resolve_precision)
 from workloads.datasets import create_dataset
 
 pytestmark = pytest.mark.slow
@@ -34,3 +36,13 @@ def test_finetune_learns_far_above_chance_and_caches_by_content(tmp_path):
     other = FinetuneConfig(backbone="clip4clip", clip_model="mlvp-micro", steps=3, batch_size=32, precision="fp32")
     path3, _ = ensure_finetuned(other, train, test, tmp_path / "models", ds.version(), log=logs.append)
     assert path3 != path and path.is_file() and path3.is_file()
+
+
+def test_precision_auto_never_emulates_bf16():
+    cpu = torch.device("cpu")
+    assert resolve_precision("fp32", cpu) == "fp32" and resolve_precision("bf16", cpu) == "bf16"
+    # bf16 autocast on a CPU without native bf16 is emulated (~10x slower than fp32): auto must pick fp32 there
+    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert resolve_precision("auto", cpu) == ("bf16" if native else "fp32")
+    with pytest.raises(ValueError, match="'fp32', 'bf16' or 'auto', got 'fp16'"):
+        resolve_precision("fp16", cpu)

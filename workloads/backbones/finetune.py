@@ -39,13 +39,27 @@ class FinetuneConfig:
     warmup: float = 0.1                 # fraction of steps
     frames_per_clip: int = 4            # random frames per train clip per step (1 = image-caption training)
     eval_frames: int = 12
-    precision: str = "bf16"             # autocast dtype on the training device ("fp32" or "bf16")
+    precision: str = "auto"             # "fp32", "bf16" (autocast), or "auto": bf16 where the device computes it
+                                        # natively, else fp32 (see resolve_precision)
     seed: int = 0
     pooling_kwargs: dict = field(default_factory=dict)
 
     def key(self, dataset: str, data_version: str) -> str:
         """Content key: config (with the init weights' identity), data version, code version."""
         return digest({"config": asdict(self), "dataset": dataset, "data": data_version, "code": FINETUNE_VERSION})
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """"auto" -> "bf16" on a GPU with bf16 and on CPUs whose oneDNN has native bf16 (AVX-512 BF16, AMX, Arm bf16),
+    else "fp32": on a CPU without it, bf16 autocast is emulated and ran ~10x slower than fp32 (measured: 6.5 s vs 0.6 s
+    per mlvp-tiny step on an AVX2-only machine). The key keeps "auto"; the record keeps what it resolved to."""
+    if precision not in ("fp32", "bf16", "auto"):
+        raise ValueError(f"precision must be 'fp32', 'bf16' or 'auto', got {precision!r}")
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
 
 
 def decode_split(split: Split, num_frames: int | None, size: int
@@ -149,7 +163,11 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
     warm = max(1, int(config.warmup * config.steps))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / config.steps))))
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    precision = resolve_precision(config.precision, device)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    log(f"training {config.backbone} on {device} in {precision}"
+        + (f" (precision auto: {'native bf16' if precision == 'bf16' else 'no native bf16 here'})"
+           if config.precision == "auto" else ""))
     n_frames_total = train_clips.shape[1]
     model.train()
     t0, order, pos = time.time(), rng.permutation(len(groups)), 0
@@ -178,7 +196,7 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
     metrics = evaluate(model, test_frames, [test.pairs[i].caption for i in test_kept])
     record = {"config": asdict(config), "train_fingerprint": train.fingerprint, "test_fingerprint":
               test.fingerprint, "train_seconds": train_seconds, "metrics": metrics, "code_version": CODE_VERSION,
-              "device": str(device), "skipped_videos": {"train": train_bad, "test": test_bad}}
+              "device": str(device), "precision": precision, "skipped_videos": {"train": train_bad, "test": test_bad}}
     save_backbone(model, out_path, record=json.dumps(record))
     log(f"clean test R@1 v2t {metrics['v2t_R1']:.1f} / t2v {metrics['t2v_R1']:.1f} after {train_seconds:.0f}s")
     return record
