@@ -37,6 +37,16 @@ def cosine_similarity(text: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"pooled videos must be [Nv, D] or [Nv, Nt={t.shape[0]}, D], got {tuple(v.shape)}")
 
 
+def _trims_padding(clip: nn.Module, tokenizer) -> bool:
+    """Whether the text tower is open_clip's built-in CLIP one with a causal mask, fed by its SimpleTokenizer
+    (padding id 0), pooling a token that precedes the padding (argmax = EOT, eos, first); others run unchanged."""
+    import open_clip
+    from open_clip.tokenizer import SimpleTokenizer
+
+    return (type(clip) is open_clip.CLIP and isinstance(tokenizer, SimpleTokenizer)
+            and getattr(clip, "attn_mask", None) is not None and clip.text_pool_type in ("argmax", "eos", "first"))
+
+
 class VideoTextModel(nn.Module):
     def __init__(self, clip: nn.Module, pooling: PoolingHead, tokenizer, *, backbone: str, clip_model: str,
                  image_size: int, mean: Sequence[float] = CLIP_MEAN, std: Sequence[float] = CLIP_STD):
@@ -49,6 +59,7 @@ class VideoTextModel(nn.Module):
         self.image_size = int(image_size)
         self.register_buffer("pixel_mean", torch.tensor(mean).view(1, 1, 3, 1, 1), persistent=False)
         self.register_buffer("pixel_std", torch.tensor(std).view(1, 1, 3, 1, 1), persistent=False)
+        self._trim_text = _trims_padding(clip, tokenizer)
 
     # -- inputs -------------------------------------------------------------------------------------------------
     def tokenize(self, captions: Sequence[str]) -> torch.Tensor:
@@ -68,7 +79,27 @@ class VideoTextModel(nn.Module):
     # -- encoders -----------------------------------------------------------------------------------------------
     def encode_text(self, tokens: torch.Tensor) -> torch.Tensor:
         """[B, L] token ids -> unnormalised [B, D]."""
-        return self.clip.encode_text(tokens.to(self.pixel_mean.device), normalize=False)
+        tokens = tokens.to(self.pixel_mean.device)
+        clip = self.clip
+        if not self._trim_text:
+            return clip.encode_text(tokens, normalize=False)
+        # open_clip runs the whole context (32 / 77 tokens) whatever the captions' length. With a causal mask no
+        # position sees the padding after it, and the pooled EOT token comes before it, so cutting the batch at its
+        # longest caption gives the same features (to float rounding) at a fraction of the cost: half of a
+        # fine-tuning step's text work on the synthetic captions, ~6x less for MSRVTT captions in 77 tokens.
+        from open_clip.transformer import text_global_pool
+
+        used = (tokens != 0).any(dim=0).nonzero()
+        n = int(used.max()) + 1 if len(used) else 1
+        tokens = tokens[:, :n]
+        cast = clip.transformer.get_cast_dtype()
+        x = clip.token_embedding(tokens).to(cast) + clip.positional_embedding[:n].to(cast)
+        x = clip.transformer(x, attn_mask=clip.attn_mask[:n, :n])
+        x = clip.ln_final(x)
+        x = text_global_pool(x, tokens, clip.text_pool_type, eos_token_id=getattr(clip, "text_eos_id", None))
+        if isinstance(clip.text_projection, nn.Linear):
+            return clip.text_projection(x)
+        return x if clip.text_projection is None else x @ clip.text_projection
 
     def encode_frames(self, frames: torch.Tensor) -> torch.Tensor:
         """Normalised float frames [B, T, 3, H, W] -> unnormalised frame features [B, T, D]."""
