@@ -78,7 +78,8 @@ class FinetuneSpec:
     batch_size: int = 64
     lr: float = 1e-3
     weight_decay: float = 0.2
-    frames_per_clip: int = 4
+    train_frames: int = 16                   # frames decoded per train video (uniform rule)
+    frames_per_clip: int = 4                 # of those, random frames per clip per training step
     precision: str = "auto"                  # fp32 | bf16 | auto (bf16 where the device has it natively)
     xpool_init_from_clip4clip: bool = True   # start X-Pool from the fine-tuned mean-pooling model (faster)
     xpool_steps: int | None = 150            # steps for X-Pool when initialised from clip4clip (None: steps)
@@ -290,7 +291,11 @@ def validate(grid: GridSpec) -> GridSpec:
         raise GridError("query_shift.severities: list at least one severity for the perturbations")
     rt = grid.runtime
     _check_choice("runtime.precision", rt.precision, ["fp32", "bf16"])
-    _check_choice("models.finetune.precision", grid.models.finetune.precision, ["fp32", "bf16", "auto"])
+    ft = grid.models.finetune
+    _check_choice("models.finetune.precision", ft.precision, ["fp32", "bf16", "auto"])
+    if not 1 <= ft.frames_per_clip <= ft.train_frames:
+        raise GridError(f"models.finetune.frames_per_clip: must be between 1 and train_frames ({ft.train_frames}), "
+                        f"got {ft.frames_per_clip}")
     for key in ("batch_size", "steps", "num_frames", "hub_k"):
         if getattr(rt, key) < 1:
             raise GridError(f"runtime.{key}: must be >= 1, got {getattr(rt, key)}")

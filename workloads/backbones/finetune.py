@@ -24,7 +24,7 @@ from workloads.backbones import create_backbone, load_checkpoint, save_backbone
 from workloads.backbones.model import VideoTextModel, cosine_similarity
 from workloads.datasets.base import Split
 from workloads.seeding import digest
-from workloads.video_io import VideoDecodeError, read_frames, read_video, resize_center_crop, uniform_indices
+from workloads.video_io import VideoDecodeError, read_frames, resize_center_crop
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,8 @@ class FinetuneConfig:
     lr: float = 1e-3
     weight_decay: float = 0.2
     warmup: float = 0.1                 # fraction of steps
-    frames_per_clip: int = 4            # random frames per train clip per step (1 = image-caption training)
+    train_frames: int = 16              # frames decoded per train video (uniform rule; all 16 of a synthetic clip)
+    frames_per_clip: int = 4            # of those, random frames per clip per step, in order (1 = image-caption)
     eval_frames: int = 12
     precision: str = "auto"             # "fp32", "bf16" (autocast), or "auto": bf16 where the device computes it
                                         # natively, else fp32 (see resolve_precision)
@@ -62,35 +63,65 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return "bf16" if device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
 
 
-def decode_split(split: Split, num_frames: int | None, size: int
+def decode_split(split: Split, num_frames: int, size: int, cache_dir: str | Path | None = None,
+                 log: Callable[[str], None] | None = None
                  ) -> tuple[np.ndarray, np.ndarray, list[int], list[str]]:
-    """Decode each distinct clip of a split once. Returns (clips uint8 [V, F, size, size, 3], clip index of each
-    kept pair, the kept pair indices, the video ids that could not be decoded). num_frames None keeps every frame
-    (clips of unequal length are brought to the shortest by the uniform rule), else the uniform rule picks
-    num_frames. A video that cannot be decoded drops its pairs instead of stopping the fine-tune."""
-    clips: list[np.ndarray] = []
-    seen: dict[str, int] = {}
-    bad: set[str] = set()
-    index, kept = [], []
-    for i, pair in enumerate(split.pairs):
-        if pair.video_id in bad:
-            continue
-        if pair.video_id not in seen:
+    """Decode each distinct clip of a split once: `num_frames` frames by the uniform rule, resized and centre-cropped
+    to `size`. Returns (clips uint8 [V, num_frames, size, size, 3], clip row of each kept pair, the kept pair
+    indices, the video ids that could not be decoded). A video that cannot be decoded drops its pairs instead of
+    stopping the fine-tune.
+
+    With `cache_dir`, the clips go to an .npy file there and come back memory-mapped: a real train split does not fit
+    in memory (MSRVTT-9k, 16 frames at 224 px: 22 GB), and the X-Pool fine-tune and later runs reuse the decode.
+    The .json beside it, written last, marks the entry complete."""
+    if num_frames < 1:
+        raise ValueError(f"num_frames must be >= 1, got {num_frames}")
+    ids = list(dict.fromkeys(p.video_id for p in split.pairs))
+    paths = {p.video_id: p.video_path for p in split.pairs}
+    npy = meta_path = None
+    if cache_dir is not None:
+        key = digest({"split": split.fingerprint, "dataset": split.dataset, "name": split.name, "frames": num_frames,
+                      "size": size, "code": FINETUNE_VERSION})
+        base = Path(cache_dir) / f"{split.dataset}-{split.name}-{num_frames}x{size}-{key}"
+        npy, meta_path = base.with_suffix(".npy"), base.with_suffix(".json")
+        if meta_path.is_file() and npy.is_file():
             try:
-                frames = read_video(pair.video_path) if num_frames is None else read_frames(pair.video_path,
-                                                                                            num_frames)
-            except VideoDecodeError:
-                bad.add(pair.video_id)
-                continue
-            seen[pair.video_id] = len(clips)
-            clips.append(resize_center_crop(frames, size))
-        index.append(seen[pair.video_id])
-        kept.append(i)
-    if not clips:
-        raise ValueError(f"no video of the {split.dataset} {split.name} split could be decoded")
-    n = min(len(c) for c in clips)
-    clips = [c if len(c) == n else c[uniform_indices(len(c), n)] for c in clips]
-    return np.stack(clips), np.asarray(index, dtype=np.int64), kept, sorted(bad)
+                meta = json.loads(meta_path.read_text())
+                clips = np.load(npy, mmap_mode="r")
+                if clips.shape == (len(ids), num_frames, size, size, 3):
+                    return clips, np.asarray(meta["index"], dtype=np.int64), meta["kept"], meta["bad"]
+            except (OSError, ValueError, KeyError):
+                pass  # unreadable or stale: decode again
+        npy.parent.mkdir(parents=True, exist_ok=True)
+        tmp = npy.with_name(f".{npy.name}.{os.getpid()}.tmp")
+        clips = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8,
+                                          shape=(len(ids), num_frames, size, size, 3))
+    else:
+        clips = np.zeros((len(ids), num_frames, size, size, 3), dtype=np.uint8)
+    row = {vid: r for r, vid in enumerate(ids)}
+    bad: set[str] = set()
+    t0, step = time.time(), max(1, len(ids) // 10)
+    for r, vid in enumerate(ids):
+        try:
+            clips[r] = resize_center_crop(read_frames(paths[vid], num_frames), size)
+        except VideoDecodeError:
+            bad.add(vid)  # its row stays unused
+        if log is not None and len(ids) >= 1000 and (r + 1) % step == 0:
+            log(f"decoding {split.dataset} {split.name}: {r + 1}/{len(ids)} videos ({time.time() - t0:.0f}s)")
+    if len(bad) == len(ids):
+        raise ValueError(f"no video of the {split.dataset} {split.name} split could be decoded "
+                         f"(first: {paths[ids[0]]})")
+    kept = [i for i, p in enumerate(split.pairs) if p.video_id not in bad]
+    index = np.asarray([row[split.pairs[i].video_id] for i in kept], dtype=np.int64)
+    if npy is not None:
+        clips.flush()
+        del clips
+        os.replace(tmp, npy)
+        tmp_meta = meta_path.with_name(f".{meta_path.name}.{os.getpid()}.tmp")
+        tmp_meta.write_text(json.dumps({"index": index.tolist(), "kept": kept, "bad": sorted(bad)}))
+        os.replace(tmp_meta, meta_path)
+        clips = np.load(npy, mmap_mode="r")
+    return clips, index, kept, sorted(bad)
 
 
 def clip_loss(model: VideoTextModel, text: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
@@ -106,14 +137,17 @@ def clip_loss(model: VideoTextModel, text: torch.Tensor, frames: torch.Tensor) -
 
 
 @torch.no_grad()
-def evaluate(model: VideoTextModel, frames_uint8: np.ndarray, captions: list[str], chunk: int = 64) -> dict:
-    """Clean retrieval of a test split with one caption per video: R@1/5/10, MdR, MnR for v2t and t2v."""
+def evaluate(model: VideoTextModel, frames_uint8: np.ndarray, captions: list[str], rows: np.ndarray | None = None,
+             chunk: int = 64) -> dict:
+    """Clean retrieval of a test split with one caption per video: R@1/5/10, MdR, MnR for v2t and t2v. Caption i
+    belongs to clip `frames_uint8[rows[i]]` (rows None: to clip i)."""
     from workloads.metrics import retrieval_metrics
 
+    rows = np.arange(len(captions)) if rows is None else np.asarray(rows)
     model.eval()
     text = torch.cat([model.encode_text(model.tokenize(captions[i:i + chunk])) for i in range(0, len(captions), chunk)])
-    frames = torch.cat([model.encode_frames(model.preprocess_frames(torch.from_numpy(frames_uint8[i:i + chunk])))
-                        for i in range(0, len(frames_uint8), chunk)])
+    frames = torch.cat([model.encode_frames(model.preprocess_frames(torch.from_numpy(frames_uint8[rows[i:i + chunk]])))
+                        for i in range(0, len(rows), chunk)])
     if not model.pooling.text_conditioned:
         frames = F.normalize(frames, dim=-1)
     sims = torch.cat([cosine_similarity(text[i:i + chunk], model.pool(text[i:i + chunk], frames))
@@ -125,13 +159,17 @@ def evaluate(model: VideoTextModel, frames_uint8: np.ndarray, captions: list[str
 
 
 def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | Path,
-             init_path: str | None = None, log: Callable[[str], None] = print, device: str | None = None) -> dict:
+             init_path: str | None = None, log: Callable[[str], None] = print, device: str | None = None,
+             frames_cache: str | Path | None = None) -> dict:
     """Train, evaluate on the clean test split, save the checkpoint to out_path; returns the record.
     `init_path`: open_clip weights or an mlvp checkpoint (of any pooling head: only its CLIP is taken) to start
     from; its identity must be in `config.init`. `device`: None = CUDA when this process sees a GPU (a Ray task
     given one), else the CPU; not part of the checkpoint key, recorded in the record."""
     if bool(init_path) != bool(config.init):
         raise ValueError("pass init_path exactly when config.init names the starting weights")
+    if not 1 <= config.frames_per_clip <= config.train_frames:
+        raise ValueError(f"frames_per_clip must be between 1 and train_frames ({config.train_frames}), got "
+                         f"{config.frames_per_clip}")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
@@ -139,12 +177,14 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
                             device=device, **config.pooling_kwargs)
     size = model.image_size
     t0 = time.time()
-    train_clips, clip_of_pair, train_kept, train_bad = decode_split(train, None, size)   # [V, F, S, S, 3] uint8
+    train_clips, clip_of_pair, train_kept, train_bad = decode_split(train, config.train_frames, size, frames_cache,
+                                                                    log)   # [V, F, S, S, 3] uint8
     tokens = model.tokenize([train.pairs[i].caption for i in train_kept])
-    test_frames, test_index, test_kept, test_bad = decode_split(test, config.eval_frames, size)
+    test_frames, test_index, test_kept, test_bad = decode_split(test, config.eval_frames, size, frames_cache, log)
     if len(set(test_index.tolist())) != len(test_index):
         raise ValueError(f"test split {test.dataset} repeats videos; evaluation expects one caption per video")
     log(f"decoded {len(train_clips)} train / {len(test_frames)} test clips at {size}px in {time.time() - t0:.1f}s"
+        + (f" (cached in {frames_cache})" if frames_cache else "")
         + (f"; skipped undecodable videos: {len(train_bad)} train, {len(test_bad)} test "
            f"(first: {(train_bad + test_bad)[0]})" if train_bad or test_bad else ""))
 
@@ -193,7 +233,7 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
         if step % max(1, config.steps // 10) == 0 or step == config.steps - 1:
             log(f"step {step + 1}/{config.steps} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
     train_seconds = time.time() - t0
-    metrics = evaluate(model, test_frames, [test.pairs[i].caption for i in test_kept])
+    metrics = evaluate(model, test_frames, [test.pairs[i].caption for i in test_kept], test_index)
     record = {"config": asdict(config), "train_fingerprint": train.fingerprint, "test_fingerprint":
               test.fingerprint, "train_seconds": train_seconds, "metrics": metrics, "code_version": CODE_VERSION,
               "device": str(device), "precision": precision, "skipped_videos": {"train": train_bad, "test": test_bad}}
@@ -219,4 +259,5 @@ def ensure_finetuned(config: FinetuneConfig, train: Split, test: Split, cache_di
         except Exception as err:  # unreadable: retrain rather than fail
             log(f"cached checkpoint {path} unreadable ({err}); retraining")
             os.unlink(path)
-    return path, finetune(config, train, test, path, init_path=init_path, log=log, device=device)
+    return path, finetune(config, train, test, path, init_path=init_path, log=log, device=device,
+                          frames_cache=Path(cache_dir) / "frames")
