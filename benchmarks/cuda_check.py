@@ -66,8 +66,9 @@ def main(argv=None) -> int:
     cache = Path(args.cache)
     argv = sys.argv[1:] if argv is None else argv
     cmd = " ".join(["python benchmarks/cuda_check.py", *map(shlex.quote, argv)])
-    lines = [f"Command: `{cmd}`", "", f"Device: {torch.cuda.get_device_name(0) if dev == 'cuda' else dev}; torch {torch.__version__}; "
-             f"{os.cpu_count()} CPU cores for the CPU side.", ""]
+    name = torch.cuda.get_device_name(0) if dev == "cuda" else dev
+    lines = [f"Command: `{cmd}`", "",
+             f"Device: {name}; torch {torch.__version__}; {os.cpu_count()} CPU cores for the CPU side.", ""]
 
     def say(s: str = "") -> None:
         print(s, flush=True)

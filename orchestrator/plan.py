@@ -196,8 +196,8 @@ def build_plan(grid: GridSpec, paths: Paths) -> Plan:
                 steps = ft.xpool_steps or ft.steps
             cfg = FinetuneConfig(backbone=backbone, clip_model=m.clip_model, init=init, steps=steps,
                                  batch_size=ft.batch_size, lr=ft.lr, weight_decay=ft.weight_decay,
-                                 train_frames=ft.train_frames, frames_per_clip=ft.frames_per_clip, eval_frames=grid.runtime.num_frames,
-                                 precision=ft.precision, seed=grid.seed)
+                                 train_frames=ft.train_frames, frames_per_clip=ft.frames_per_clip,
+                                 eval_frames=grid.runtime.num_frames, precision=ft.precision, seed=grid.seed)
             models[(backbone, ds)] = ModelPlan(backbone, ds, m.clip_model, None, cfg, init_from,
                                                version="ft:" + cfg.key(ds, datasets[ds].version))
 

@@ -101,16 +101,22 @@ def decode_split(split: Split, num_frames: int, size: int, cache_dir: str | Path
     row = {vid: r for r, vid in enumerate(ids)}
     bad: set[str] = set()
     t0, step = time.time(), max(1, len(ids) // 10)
-    for r, vid in enumerate(ids):
-        try:
-            clips[r] = resize_center_crop(read_frames(paths[vid], num_frames), size)
-        except VideoDecodeError:
-            bad.add(vid)  # its row stays unused
-        if log is not None and len(ids) >= 1000 and (r + 1) % step == 0:
-            log(f"decoding {split.dataset} {split.name}: {r + 1}/{len(ids)} videos ({time.time() - t0:.0f}s)")
-    if len(bad) == len(ids):
-        raise ValueError(f"no video of the {split.dataset} {split.name} split could be decoded "
-                         f"(first: {paths[ids[0]]})")
+    try:
+        for r, vid in enumerate(ids):
+            try:
+                clips[r] = resize_center_crop(read_frames(paths[vid], num_frames), size)
+            except VideoDecodeError:
+                bad.add(vid)  # its row stays unused
+            if log is not None and len(ids) >= 1000 and (r + 1) % step == 0:
+                log(f"decoding {split.dataset} {split.name}: {r + 1}/{len(ids)} videos ({time.time() - t0:.0f}s)")
+        if len(bad) == len(ids):
+            raise ValueError(f"no video of the {split.dataset} {split.name} split could be decoded "
+                             f"(first: {paths[ids[0]]})")
+    except BaseException:
+        if npy is not None:  # no half-written cache file left behind
+            del clips
+            tmp.unlink(missing_ok=True)
+        raise
     kept = [i for i, p in enumerate(split.pairs) if p.video_id not in bad]
     index = np.asarray([row[split.pairs[i].video_id] for i in kept], dtype=np.int64)
     if npy is not None:
@@ -164,7 +170,8 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
     """Train, evaluate on the clean test split, save the checkpoint to out_path; returns the record.
     `init_path`: open_clip weights or an mlvp checkpoint (of any pooling head: only its CLIP is taken) to start
     from; its identity must be in `config.init`. `device`: None = CUDA when this process sees a GPU (a Ray task
-    given one), else the CPU; not part of the checkpoint key, recorded in the record."""
+    given one), else the CPU; not part of the checkpoint key, recorded in the record. `frames_cache`: where the
+    decoded train and test clips are kept (see decode_split); None decodes into memory."""
     if bool(init_path) != bool(config.init):
         raise ValueError("pass init_path exactly when config.init names the starting weights")
     if not 1 <= config.frames_per_clip <= config.train_frames:
