@@ -1,3 +1,4 @@
+import json
 import os
 import textwrap
 from pathlib import Path
@@ -48,3 +49,45 @@ def write_micro_grid(path: Path, name="micro", backbones="[clip4clip, xpool]", m
 def shared_cache(tmp_path_factory) -> Path:
     """One cache (synthetic data, micro checkpoints, renders) for the whole session: built once, reused."""
     return tmp_path_factory.mktemp("mlvp-cache")
+
+
+# -- the five real datasets' annotation layouts, tiny stand-ins (no videos): enough to load and plan a grid -------
+N_TEST = {"msrvtt": 4, "activitynet": 3, "lsmdc": 2, "msvd": 2, "didemo": 3}
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def stand_in_data(root: Path) -> None:
+    """The annotation files each loader reads, in the authors' layouts, with N_TEST test pairs."""
+    n = N_TEST
+    _write(root / "MSRVTT/MSRVTT_JSFUSION_test.csv", "key,vid_key,video_id,sentence\n" + "".join(
+        f"ret{i},msr{i},video{i},caption {i}\n" for i in range(n["msrvtt"])))
+    _write(root / "MSRVTT/MSRVTT_train.9k.csv", "video_id\nvideo100\n")
+    _write(root / "MSRVTT/MSRVTT_data.json", json.dumps({"sentences": [{"caption": "train", "video_id": "video100"}]}))
+    anno = "".join(json.dumps({"clip_id": f"v_{i}", "text": f"paragraph {i}."}) + "\n"
+                   for i in range(n["activitynet"]))
+    _write(root / "ActivityNet/val1_anno.jsonl", anno)
+    _write(root / "ActivityNet/train_anno.jsonl", json.dumps({"clip_id": "v_t", "text": "train."}) + "\n")
+    rows = "".join(f"0001_Movie_00.00.0{i}.000-00.00.0{i}.900\t0\t1\t0\t1\tSomeone acts {i}.\n"
+                   for i in range(n["lsmdc"]))
+    _write(root / "LSMDC/LSMDC16_challenge_1000_publictect.csv", rows)
+    _write(root / "LSMDC/LSMDC16_annos_training.csv", rows.splitlines()[0] + "\n")
+    _write(root / "MSVD/captions_msvd.json", json.dumps({f"vid{i}": [f"first {i}", f"second {i}"] for i in range(5)}))
+    _write(root / "MSVD/test_list.txt", "".join(f"vid{i}\n" for i in range(n["msvd"])))
+    _write(root / "MSVD/train_list.txt", "vid4\n")
+    _write(root / "DiDeMo/test_anno.jsonl", "".join(json.dumps({"clip_id": f"d{i}@N00", "text": f"moment {i}."}) + "\n"
+                                                     for i in range(n["didemo"])))
+    _write(root / "DiDeMo/train_anno.jsonl", json.dumps({"clip_id": "t@N00", "text": "train."}) + "\n")
+
+
+@pytest.fixture
+def mlvp_env(tmp_path, monkeypatch):
+    stand_in_data(tmp_path / "data")
+    weights = tmp_path / "clip_vit_b32.bin"
+    weights.write_bytes(b"stand-in: planning digests the file, it never loads it")
+    monkeypatch.setenv("MLVP_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("MLVP_WEIGHTS", str(weights))
+    return tmp_path

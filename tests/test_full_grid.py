@@ -1,8 +1,7 @@
 """grids/full_mlvp.yaml, the paper's whole video query-shift matrix, planned over annotation files in the five real
-datasets' layouts (tiny stand-ins written here: no videos, no weights are read to plan)."""
+datasets' layouts (tiny stand-ins from conftest.mlvp_env: no videos, no weights are read to plan)."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -10,50 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import N_TEST
 from orchestrator.grid import GridError, load_grid
 from orchestrator.plan import Paths, build_plan
 
 REPO = Path(__file__).resolve().parents[1]
 FULL = REPO / "grids" / "full_mlvp.yaml"
-N_TEST = {"msrvtt": 4, "activitynet": 3, "lsmdc": 2, "msvd": 2, "didemo": 3}
-
-
-def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-
-
-def stand_in_data(root: Path) -> None:
-    """The annotation files each loader reads, in the authors' layouts, with N_TEST test pairs."""
-    n = N_TEST
-    write(root / "MSRVTT/MSRVTT_JSFUSION_test.csv", "key,vid_key,video_id,sentence\n" + "".join(
-        f"ret{i},msr{i},video{i},caption {i}\n" for i in range(n["msrvtt"])))
-    write(root / "MSRVTT/MSRVTT_train.9k.csv", "video_id\nvideo100\n")
-    write(root / "MSRVTT/MSRVTT_data.json", json.dumps({"sentences": [{"caption": "train", "video_id": "video100"}]}))
-    anno = "".join(json.dumps({"clip_id": f"v_{i}", "text": f"paragraph {i}."}) + "\n"
-                   for i in range(n["activitynet"]))
-    write(root / "ActivityNet/val1_anno.jsonl", anno)
-    write(root / "ActivityNet/train_anno.jsonl", json.dumps({"clip_id": "v_t", "text": "train."}) + "\n")
-    rows = "".join(f"0001_Movie_00.00.0{i}.000-00.00.0{i}.900\t0\t1\t0\t1\tSomeone acts {i}.\n"
-                   for i in range(n["lsmdc"]))
-    write(root / "LSMDC/LSMDC16_challenge_1000_publictect.csv", rows)
-    write(root / "LSMDC/LSMDC16_annos_training.csv", rows.splitlines()[0] + "\n")
-    write(root / "MSVD/captions_msvd.json", json.dumps({f"vid{i}": [f"first {i}", f"second {i}"] for i in range(5)}))
-    write(root / "MSVD/test_list.txt", "".join(f"vid{i}\n" for i in range(n["msvd"])))
-    write(root / "MSVD/train_list.txt", "vid4\n")
-    write(root / "DiDeMo/test_anno.jsonl", "".join(json.dumps({"clip_id": f"d{i}@N00", "text": f"moment {i}."}) + "\n"
-                                                     for i in range(n["didemo"])))
-    write(root / "DiDeMo/train_anno.jsonl", json.dumps({"clip_id": "t@N00", "text": "train."}) + "\n")
-
-
-@pytest.fixture
-def mlvp_env(tmp_path, monkeypatch):
-    stand_in_data(tmp_path / "data")
-    weights = tmp_path / "clip_vit_b32.bin"
-    weights.write_bytes(b"stand-in: planning digests the file, it never loads it")
-    monkeypatch.setenv("MLVP_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("MLVP_WEIGHTS", str(weights))
-    return tmp_path
 
 
 def test_full_grid_is_the_papers_matrix(mlvp_env):

@@ -101,14 +101,8 @@ def test_load_grid_file_errors(tmp_path):
     assert load_grid(good).source == str(good)
 
 
-def test_every_shipped_grid_is_valid(tmp_path, monkeypatch):
-    # grids on real data name it through the environment: point it at stand-in annotation files
-    from test_full_grid import stand_in_data
-
-    stand_in_data(tmp_path / "data")
-    (tmp_path / "weights.bin").write_bytes(b"stand-in")
-    monkeypatch.setenv("MLVP_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("MLVP_WEIGHTS", str(tmp_path / "weights.bin"))
+def test_every_shipped_grid_is_valid(mlvp_env):
+    # grids on real data name it through the environment: mlvp_env points it at stand-in annotation files
     paths = sorted((ROOT / "grids").glob("*.yaml"))
     assert len(paths) >= 5
     for path in paths:
