@@ -13,6 +13,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
+from workloads.atomic import atomic_write_text
+
 
 class TrialLedger:
     def __init__(self, root: str | os.PathLike):
@@ -50,11 +52,7 @@ class TrialLedger:
         self._write(key, entry)
 
     def _write(self, key: str, entry: dict[str, Any]) -> None:
-        path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(entry, default=str))
-        os.replace(tmp, path)
+        atomic_write_text(self.path(key), json.dumps(entry, default=str))
 
     def status(self, key: str) -> str:
         """"ok", "failed" or "missing"."""

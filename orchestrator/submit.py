@@ -19,6 +19,7 @@ from rich.console import Console
 from orchestrator.grid import GridSpec, load_grid
 from orchestrator.ledger import TrialLedger
 from orchestrator.plan import Paths, Plan, build_plan
+from workloads.spec import CLEAN
 
 
 @dataclass
@@ -285,23 +286,25 @@ class LiveRecorder:
 
 def prepare_assets(plan: Plan, checkpoints: dict[str, str], console: Console
                    ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict]]]:
-    """Per-dataset perturbation assets, and per-video ones: the event-insertion distractor of each query video,
-    chosen once per dataset (cached) by embedding pool videos and captions with CLIP."""
-    from orchestrator.assets import choose_distractors, dataset_assets
+    """Per-dataset perturbation assets, and per-video ones: what a perturbation's registration says it prepares
+    once per dataset (event insertion: each query video's distractor, chosen by embedding pool videos with CLIP)."""
+    from orchestrator.assets import dataset_assets, prepare_video_assets
+    from workloads.perturbations.video import get as perturbation_info
 
     assets = {name: dataset_assets(plan.grid, name) for name in plan.datasets}
     video_assets: dict[str, dict[str, dict]] = {}
     for name, cells in plan.renders.items():
-        if not any(p == "event_insertion" for p, _ in cells):
-            continue
-        backbone, _, kind = plan.embedders[name]
-        weights = plan.grid.models.pretrained if backbone is None else checkpoints[f"{backbone}|{name}"]
-        version = plan.render_assets[(name, "event_insertion")]
-        t0 = time.time()
-        video_assets[name] = choose_distractors(plan, name, weights, kind, version)
-        first = next(iter(video_assets[name].values()), {})
-        console.print(f"event-insertion distractors for {name}: {len(video_assets[name])} chosen "
-                      f"({first.get('event_distractor_source', '-')}; {time.time() - t0:.0f}s)")
+        for pert in dict.fromkeys(p for p, _ in cells):
+            needs = perturbation_info(pert).assets if pert != CLEAN else None
+            if needs is None or needs.prepare is None:
+                continue
+            backbone, _, kind = plan.embedders[name]
+            weights = plan.grid.models.pretrained if backbone is None else checkpoints[f"{backbone}|{name}"]
+            t0 = time.time()
+            chosen = prepare_video_assets(plan, name, pert, weights, kind, plan.render_assets[(name, pert)])
+            for video_id, extra in chosen.items():
+                video_assets.setdefault(name, {}).setdefault(video_id, {}).update(extra)
+            console.print(f"{pert} assets for {name}: {len(chosen)} videos prepared ({time.time() - t0:.0f}s)")
     return assets, video_assets
 
 

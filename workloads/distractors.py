@@ -84,3 +84,38 @@ def choose_all(pool_emb: np.ndarray, caption_emb: np.ndarray, pool_paths: list[s
     return [choose_distractor(cap, masked, exclude=unusable + ([where[path]] if path in where else []))
             if np.isfinite(cap).all() else None
             for cap, path in zip(caption_emb, query_paths)]
+
+
+def prepare_distractors(dataset, paths, embedder: tuple[str, str | None, str], num_frames: int = 12,
+                        device: str = "cpu") -> dict[str, dict]:
+    """Per test video of `dataset` (a VideoTextDataset): the distractor video and how it was chosen. `paths`: the
+    resolved asset paths (`distractor_pool`, `main_objects`; None when absent); `embedder`: (open_clip model name,
+    weights path, "zero_shot_clip" | "finetuned")."""
+    from workloads.backbones import create_backbone
+    from workloads.perturbations.video.event_insertion import list_pool
+    from workloads.perturbations.video.main_object_occlusion import load_main_objects
+
+    test = dataset.test_split()
+    pool_folder, boxes_path = paths.get("distractor_pool"), paths.get("main_objects")
+    if pool_folder:
+        pool_paths, pool_kind = list_pool(pool_folder), "folder"
+    else:
+        pool_paths, pool_kind = sorted({p.video_path for p in dataset.train_split().pairs}), "train_split"
+    vlm = None
+    if boxes_path:
+        entries = load_main_objects(boxes_path)
+        vlm = [(entries.get(p.video_id) or {}).get("video_caption") for p in test.pairs]
+    clip_model, weights, embedder_kind = embedder
+    model = create_backbone("clip4clip", clip_model, pretrained=weights, clip_only=True, device=device)
+    pool_emb, unreadable = embed_pool(model, pool_paths, num_frames)
+    if vlm and all(vlm):
+        query_emb, caption_kind = embed_captions(model, vlm), "vlm"
+    else:  # label-free: what the query video itself shows (never its ground-truth caption, the retrieval target)
+        query_emb, _ = embed_pool(model, [p.video_path for p in test.pairs], num_frames)
+        caption_kind = "query_video"
+    source = DistractorSource(pool_kind, caption_kind, embedder_kind)
+    chosen = choose_all(pool_emb, query_emb, pool_paths, [p.video_path for p in test.pairs])
+    return {p.video_id: {"event_distractor": pool_paths[i], "event_distractor_source": source.describe(),
+                         "event_distractor_faithful": source.faithful, "pool_size": len(pool_paths),
+                         "pool_unreadable": len(unreadable)}
+            for p, i in zip(test.pairs, chosen) if i is not None}

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from workloads import RENDER_VERSION
+from workloads.atomic import atomic_path, atomic_write_text
 from workloads.seeding import digest, stable_seed
 from workloads.spec import CLEAN
 from workloads.video_io import read_video, resize_center_crop
@@ -88,21 +89,14 @@ class RenderCache:
         meta = {**meta, "key": asdict(key), "sha256": hashlib.sha256(frames.tobytes()).hexdigest(),
                 "shape": list(frames.shape)}
         path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
             np.savez(f, frames=frames, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
-        os.replace(tmp, path)
         self.failure_path(key).unlink(missing_ok=True)
         return path
 
     def write_failure(self, key: RenderKey, video_path: str, error: str) -> None:
-        path = self.failure_path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": asdict(key), "video_path": video_path, "error": error,
-                                   "time": time.time()}))
-        os.replace(tmp, path)
+        atomic_write_text(self.failure_path(key), json.dumps({"key": asdict(key), "video_path": video_path,
+                                                               "error": error, "time": time.time()}))
 
     def failure(self, key: RenderKey) -> dict | None:
         try:

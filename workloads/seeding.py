@@ -35,3 +35,16 @@ def file_digest(path, length: int = 16, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()[:length]
+
+
+def path_version(path) -> str:
+    """Cheap content version of an asset path: a file's digest, or a folder's listing (relative names, sizes and
+    modification times of every file below it; reading a whole image set or video pool would cost minutes)."""
+    from pathlib import Path
+
+    p = Path(path).expanduser()
+    if p.is_file():
+        return file_digest(p)
+    items = sorted((str(f.relative_to(p)), f.stat().st_size, int(f.stat().st_mtime))
+                   for f in p.rglob("*") if f.is_file())
+    return digest(items)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
 import platform
 import time
 import traceback
@@ -23,6 +22,7 @@ import numpy as np
 import torch
 
 from workloads import CODE_VERSION, RENDER_VERSION, TRIAL_VERSION
+from workloads.atomic import atomic_path
 from workloads.backbones import create_backbone
 from workloads.backbones.model import VideoTextModel
 from workloads.datasets import create_dataset
@@ -157,10 +157,8 @@ def encode_gallery(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, t
                                _clip_batches(spec, model, cache, test, rows, CLEAN, 0)])
     feats = feats.float()
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        torch.save(feats.cpu(), tmp)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            torch.save(feats.cpu(), tmp)
     return Gallery(spec.direction, feats)
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from workloads.atomic import atomic_path
+
 # CLIP's normalisation constants (vtr_tta_study s2.0 / s4.1)
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -148,33 +150,25 @@ def write_mp4(path: str | os.PathLike, frames: np.ndarray, fps: float = 8.0, *, 
     n, h, w, _ = frames.shape
     if h % 2 or w % 2:
         raise ValueError(f"H.264 (yuv420p) needs even frame sizes, got {h}x{w}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.mp4")
-    try:
-        with av.open(str(tmp), mode="w") as container:
-            stream = container.add_stream("libx264", rate=int(round(fps)))
-            stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
-            options = {"preset": preset}
-            if deterministic:
-                stream.codec_context.thread_count = 1
-                options.update({"threads": "1", "x264-params": "mbtree=0"})
-            if bitrate is not None:
-                stream.bit_rate = int(bitrate)
-                # without a VBV cap libx264 overshoots low targets badly (env_notes); cap at the target
-                options.update({"maxrate": str(int(bitrate)), "bufsize": str(int(bitrate))})
-            elif crf is not None:
-                options["crf"] = str(crf)
-            stream.options = options
-            for frame in frames:
-                for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
-                    container.mux(packet)
-            for packet in stream.encode():
+    with atomic_path(path, suffix=".mp4") as tmp, av.open(str(tmp), mode="w") as container:
+        stream = container.add_stream("libx264", rate=int(round(fps)))
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        options = {"preset": preset}
+        if deterministic:
+            stream.codec_context.thread_count = 1
+            options.update({"threads": "1", "x264-params": "mbtree=0"})
+        if bitrate is not None:
+            stream.bit_rate = int(bitrate)
+            # without a VBV cap libx264 overshoots low targets badly; cap at the target
+            options.update({"maxrate": str(int(bitrate)), "bufsize": str(int(bitrate))})
+        elif crf is not None:
+            options["crf"] = str(crf)
+        stream.options = options
+        for frame in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
                 container.mux(packet)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+        for packet in stream.encode():
+            container.mux(packet)
 
 
 def frames_to_model_input(frames, mean=CLIP_MEAN, std=CLIP_STD):

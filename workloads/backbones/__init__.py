@@ -16,8 +16,6 @@ from pathlib import Path
 
 import torch
 
-from workloads.backbones import clip4clip as _clip4clip  # noqa: F401  (registers)
-from workloads.backbones import xpool as _xpool  # noqa: F401  (registers)
 from workloads.backbones.model import VideoTextModel, cosine_similarity
 from workloads.backbones.registry import BACKBONES, register_backbone
 
@@ -129,10 +127,9 @@ def create_backbone(name: str, clip_model: str = "mlvp-tiny", pretrained: str | 
 
 def save_backbone(model: VideoTextModel, path: str | Path, **extra) -> None:
     """Write a fine-tuned model in the format `create_backbone(..., pretrained=path)` reads (atomically)."""
-    import os
+    from workloads.atomic import atomic_path
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "format": CHECKPOINT_FORMAT,
         "backbone": model.backbone,
@@ -141,9 +138,8 @@ def save_backbone(model: VideoTextModel, path: str | Path, **extra) -> None:
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         **extra,
     }
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
 
 
 __all__ = ["BACKBONES", "VideoTextModel", "create_backbone", "save_backbone", "load_checkpoint",

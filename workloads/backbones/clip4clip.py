@@ -12,7 +12,7 @@ from workloads.backbones.model import PoolingHead
 from workloads.backbones.registry import register_backbone
 
 
-@register_backbone("clip4clip")
+@register_backbone("clip4clip", order=0)
 class MeanPooling(PoolingHead):
     text_conditioned = False
 

@@ -7,6 +7,7 @@ synthetic train split. The same code fine-tunes any open_clip model on any regis
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -20,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from workloads import CODE_VERSION, FINETUNE_VERSION
+from workloads.atomic import atomic_path, atomic_write_text
 from workloads.backbones import create_backbone, load_checkpoint, save_backbone
 from workloads.backbones.model import VideoTextModel, cosine_similarity
 from workloads.datasets.base import Split
@@ -92,16 +94,14 @@ def decode_split(split: Split, num_frames: int, size: int, cache_dir: str | Path
                     return clips, np.asarray(meta["index"], dtype=np.int64), meta["kept"], meta["bad"]
             except (OSError, ValueError, KeyError):
                 pass  # unreadable or stale: decode again
-        npy.parent.mkdir(parents=True, exist_ok=True)
-        tmp = npy.with_name(f".{npy.name}.{os.getpid()}.tmp")
-        clips = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8,
-                                          shape=(len(ids), num_frames, size, size, 3))
-    else:
-        clips = np.zeros((len(ids), num_frames, size, size, 3), dtype=np.uint8)
+    shape = (len(ids), num_frames, size, size, 3)
     row = {vid: r for r, vid in enumerate(ids)}
     bad: set[str] = set()
     t0, step = time.time(), max(1, len(ids) // 10)
-    try:
+    # the .npy is written under a temporary name and renamed when complete (an error leaves nothing behind)
+    with atomic_path(npy) if npy is not None else contextlib.nullcontext() as tmp:
+        clips = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=shape) if tmp is not None \
+            else np.zeros(shape, dtype=np.uint8)
         for r, vid in enumerate(ids):
             try:
                 clips[r] = resize_center_crop(read_frames(paths[vid], num_frames), size)
@@ -112,20 +112,13 @@ def decode_split(split: Split, num_frames: int, size: int, cache_dir: str | Path
         if len(bad) == len(ids):
             raise ValueError(f"no video of the {split.dataset} {split.name} split could be decoded "
                              f"(first: {paths[ids[0]]})")
-    except BaseException:
-        if npy is not None:  # no half-written cache file left behind
+        if tmp is not None:
+            clips.flush()
             del clips
-            tmp.unlink(missing_ok=True)
-        raise
     kept = [i for i, p in enumerate(split.pairs) if p.video_id not in bad]
     index = np.asarray([row[split.pairs[i].video_id] for i in kept], dtype=np.int64)
     if npy is not None:
-        clips.flush()
-        del clips
-        os.replace(tmp, npy)
-        tmp_meta = meta_path.with_name(f".{meta_path.name}.{os.getpid()}.tmp")
-        tmp_meta.write_text(json.dumps({"index": index.tolist(), "kept": kept, "bad": sorted(bad)}))
-        os.replace(tmp_meta, meta_path)
+        atomic_write_text(meta_path, json.dumps({"index": index.tolist(), "kept": kept, "bad": sorted(bad)}))
         clips = np.load(npy, mmap_mode="r")
     return clips, index, kept, sorted(bad)
 

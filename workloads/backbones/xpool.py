@@ -19,7 +19,7 @@ from workloads.backbones.model import PoolingHead
 from workloads.backbones.registry import register_backbone
 
 
-@register_backbone("xpool")
+@register_backbone("xpool", order=1)
 class XPoolPooling(PoolingHead):
     text_conditioned = True
 

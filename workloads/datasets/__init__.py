@@ -1,4 +1,5 @@
-"""Datasets by name: `create_dataset(name, root=..., **options)`.
+"""Datasets by name: `create_dataset(name, root=..., **options)`; every module of this package registers its own
+(`DATASETS` is the only list of names, loaded on first use).
 
 Registered: msrvtt, msvd, lsmdc, activitynet, didemo (annotation files of the real datasets, vtr_tta_study s5) and
 synthetic / synthetic_b (the embedded default, generated on first use; see workloads.datasets.synthetic)."""
@@ -12,5 +13,4 @@ from workloads.datasets.base import (  # noqa: F401
     create_dataset,
     register_dataset,
 )
-from workloads.datasets import msrvtt, msvd, lsmdc, activitynet, didemo, synthetic  # noqa: F401,E402  (register)
 from workloads.datasets.synthetic import SyntheticConfig, generate  # noqa: F401,E402

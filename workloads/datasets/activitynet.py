@@ -29,7 +29,7 @@ class JsonlAnnoDataset(AnnotatedDataset):
         return pairs
 
 
-@register_dataset("activitynet")
+@register_dataset("activitynet", order=1)
 class ActivityNetDataset(JsonlAnnoDataset):
     video_ext = ".mp4"
     option_defaults = {

@@ -96,7 +96,7 @@ class VideoTextDataset:
         return missing
 
 
-DATASETS = Registry("dataset")
+DATASETS = Registry("dataset", package="workloads.datasets")
 register_dataset = DATASETS.register
 
 

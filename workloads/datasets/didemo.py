@@ -26,7 +26,7 @@ from workloads.datasets.base import (
 FORMATS = ("auto", "jsonl", "clip4clip")
 
 
-@register_dataset("didemo")
+@register_dataset("didemo", order=4)
 class DiDeMoDataset(JsonlAnnoDataset):
     video_ext = ".mp4"
     option_defaults = {

@@ -27,7 +27,7 @@ def lsmdc_video_relpath(clip_id: str, ext: str = ".avi") -> str:
     return f"{clip_id.split('.')[0][:-3]}/{clip_id}{ext}"
 
 
-@register_dataset("lsmdc")
+@register_dataset("lsmdc", order=2)
 class LSMDCDataset(AnnotatedDataset):
     video_ext = ".avi"
     option_defaults = {

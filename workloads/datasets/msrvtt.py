@@ -43,7 +43,7 @@ def _read_csv(path) -> list[tuple[int, list[str]]]:
     return rows
 
 
-@register_dataset("msrvtt")
+@register_dataset("msrvtt", order=0)
 class MSRVTTDataset(AnnotatedDataset):
     video_ext = ".mp4"
     option_defaults = {

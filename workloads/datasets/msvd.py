@@ -22,7 +22,7 @@ from workloads.datasets.base import (
 )
 
 
-@register_dataset("msvd")
+@register_dataset("msvd", order=3)
 class MSVDDataset(AnnotatedDataset):
     video_ext = ".avi"
     option_defaults = {

@@ -63,7 +63,7 @@ def eata_weighted_entropy(entropy: torch.Tensor, e0: float) -> torch.Tensor:
     return (entropy * torch.exp(-(entropy.detach() - e0))).mean()
 
 
-@register_method("eata")
+@register_method("eata", order=4)
 class EATA(TTAMethod):
     lr = {"v2t": 3e-4, "t2v": 3e-4}
     OPTIONS = {"e_margin": (float, 0.40), "d_margin": (float, 0.05)}

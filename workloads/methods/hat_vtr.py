@@ -180,7 +180,7 @@ class HubnessSuppressionMemory:
         self._col_max = col_max
 
 
-@register_method("hat_vtr")
+@register_method("hat_vtr", order=6)
 class HATVTR(TTAMethod):
     lr = {"v2t": 3e-4, "t2v": 3e-5}
     OPTIONS = {"alpha": (float, 100.0), "beta": (float, 10.0), "m": (float, 0.5), "hsm_size": (int, None),

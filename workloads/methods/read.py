@@ -34,7 +34,7 @@ def read_loss(logits: torch.Tensor, gamma: float = math.exp(-1), balance_weight:
     return l_ra - balance_weight * l_bal, l_ra, l_bal
 
 
-@register_method("read")
+@register_method("read", order=2)
 class READ(TTAMethod):
     lr = {"v2t": 3e-5, "t2v": 3e-5}
     OPTIONS = {"gamma": (float, math.exp(-1)), "balance_weight": (float, None)}

@@ -124,7 +124,7 @@ def sar_second_loss(logits: torch.Tensor, reliable: torch.Tensor, e0: float, fai
     return e[keep].mean()
 
 
-@register_method("sar")
+@register_method("sar", order=3)
 class SAR(TTAMethod):
     lr = {"v2t": 3e-5, "t2v": 3e-5}
     OPTIONS = {"margin": (float, 0.40), "rho": (float, 0.05), "reset_constant": (float, 0.2),

@@ -3,6 +3,6 @@ from workloads.methods.base import NoAdaptation
 from workloads.methods.registry import register_method
 
 
-@register_method("source")
+@register_method("source", order=0)
 class Source(NoAdaptation):
     pass

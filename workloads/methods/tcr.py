@@ -44,7 +44,7 @@ from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod, check_o
 from workloads.methods.registry import register_method
 
 
-@register_method("tcr")
+@register_method("tcr", order=5)
 class TCR(TTAMethod):
     lr = {"v2t": 3e-4, "t2v": 3e-4}
     OPTIONS = {"queue_size": (int, 16), "update_batches": (int, 10), "select_ratio": (float, 0.3),

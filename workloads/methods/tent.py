@@ -6,7 +6,7 @@ from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod, softmax
 from workloads.methods.registry import register_method
 
 
-@register_method("tent")
+@register_method("tent", order=1)
 class Tent(TTAMethod):
     lr = {"v2t": 3e-5, "t2v": 3e-5}
 

@@ -11,10 +11,11 @@ A perturbation is a function `fn(ctx, severity, rng) -> (frames, meta)`:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from workloads.registry import Registry
 from workloads.video_io import uniform_indices
 
 SEVERITIES = (1, 2, 3, 4, 5)
@@ -58,35 +59,54 @@ class ClipContext:
 
 
 PerturbFn = Callable[[ClipContext, int, np.random.Generator], "tuple[np.ndarray, dict]"]
+LEVELS = ("low", "mid", "high")  # the paper's three-level hierarchy (pixel, motion/object, semantic/temporal)
+
+
+@dataclass(frozen=True)
+class AssetNeeds:
+    """What a perturbation renders with besides the video, declared on its registration so the orchestrator never
+    compares perturbation names:
+    - `keys`: the asset keys it reads, from the grid's `assets:` or, overriding them, `datasets.<name>.assets:`;
+    - `version(paths, context)`: the content version of those assets (part of every render and trial key), from
+      the resolved local paths by key (None when absent) and context {"data": data version, "embedder": version
+      of the CLIP used by `prepare`};
+    - `prepare(dataset, paths, embedder, num_frames, device)`: optional per-video assets chosen once per dataset
+      with a CLIP (`embedder` = (clip_model, weights path, kind)), returning {video_id: {asset: value}}."""
+
+    keys: tuple[str, ...]
+    version: Callable[[Mapping[str, str | None], Mapping[str, str]], str]
+    prepare: Callable[..., dict[str, dict[str, Any]]] | None = None
 
 
 @dataclass(frozen=True)
 class PerturbationInfo:
     name: str
     fn: PerturbFn
+    level: str        # "low" | "mid" | "high"
     full_video: bool  # True: reads the whole frame sequence (h264, blur, defocus, event insertion, scrambling)
+    assets: AssetNeeds | None
     doc: str
 
 
-_REGISTRY: dict[str, PerturbationInfo] = {}
+VIDEO_PERTURBATIONS = Registry("video perturbation", package="workloads.perturbations.video")
 
 
-def register(name: str, *, full_video: bool = False) -> Callable[[PerturbFn], PerturbFn]:
+def register(name: str, *, order: float | None = None, level: str, full_video: bool = False,
+             assets: AssetNeeds | None = None) -> Callable[[PerturbFn], PerturbFn]:
+    """Register a perturbation function; `order` is its column in the paper's tables, `level` its group."""
+    if level not in LEVELS:
+        raise ValueError(f"video perturbation {name!r}: level must be one of {LEVELS}, got {level!r}")
+
     def wrap(fn: PerturbFn) -> PerturbFn:
-        if name in _REGISTRY:
-            raise ValueError(f"video perturbation {name!r} registered twice")
-        _REGISTRY[name] = PerturbationInfo(name, fn, full_video, (fn.__doc__ or "").strip())
+        info = PerturbationInfo(name, fn, level, full_video, assets, (fn.__doc__ or "").strip())
+        VIDEO_PERTURBATIONS.add(name, info, order=order, level=level)
         return fn
 
     return wrap
 
 
 def get(name: str) -> PerturbationInfo:
-    from workloads.perturbations.video import NAMES  # the public, ordered list
-
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown video perturbation {name!r}; allowed: {', '.join(NAMES)}")
-    return _REGISTRY[name]
+    return VIDEO_PERTURBATIONS.lookup(name)
 
 
 def check_severity(severity: int) -> int:

@@ -3,7 +3,7 @@
     image = contact_sheet(video, seed=0, num_frames=12, frame=None, strip_severity=3, **assets)
     save_png("sheet.png", image)
 
-Top: a grid with one row per registered type (in `NAMES` order, labelled, with "faithful"/"proxy" under the name)
+Top: a grid with one row per registered type (in the registry's order, labelled, with "faithful"/"proxy" under the name)
 and columns clean, s1..s5, each cell showing sampled frame `frame` (default num_frames // 2) of that rendering.
 Below: a frame strip per type (the clean clip first) with all `num_frames` frames at `strip_severity`, to show
 temporal consistency. Labels are drawn with cv2.putText. A type that raises is drawn as a red cell with the error
@@ -19,8 +19,8 @@ from typing import Any, Sequence
 import cv2
 import numpy as np
 
-from workloads.perturbations.video import NAMES, render_many
-from workloads.perturbations.video._registry import SEVERITIES, get
+from workloads.perturbations.video import render_many
+from workloads.perturbations.video._registry import SEVERITIES, VIDEO_PERTURBATIONS
 from workloads.video_io import uniform_indices
 
 BG = (28, 28, 32)
@@ -34,21 +34,13 @@ MARGIN, GAP, LABEL_W, TITLE_H, HEADER_H = 8, 4, 190, 28, 22
 
 
 def registered_names(names: Sequence[str] | None = None) -> list[str]:
-    """The registered perturbation types, in NAMES order (optionally restricted to `names`)."""
-    wanted = list(NAMES) if names is None else list(names)
-    unknown = [n for n in wanted if n not in NAMES]
+    """The registered perturbation types, in the registry's order (optionally restricted to `names`)."""
+    known = VIDEO_PERTURBATIONS.names()
+    wanted = list(known) if names is None else list(names)
+    unknown = [n for n in wanted if n not in known]
     if unknown:
-        raise ValueError(f"unknown video perturbation(s) {unknown}; allowed: {', '.join(NAMES)}")
-    out = []
-    for n in NAMES:
-        if n not in wanted:
-            continue
-        try:
-            get(n)
-        except ValueError:
-            continue  # not implemented (yet)
-        out.append(n)
-    return out
+        raise ValueError(f"unknown video perturbation(s) {unknown}; allowed: {', '.join(known)}")
+    return [n for n in known if n in wanted]
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ def bilinear_plan(dy: np.ndarray, dx: np.ndarray):
     return idx, wts
 
 
-@register("elastic_distortion")
+@register("elastic_distortion", order=4, level="low")
 def elastic_distortion(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """One affine warp + one smooth displacement field per clip, applied to every frame (s2.5)."""
     alpha, sigma, mag = PARAMS[severity - 1]

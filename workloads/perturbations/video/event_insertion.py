@@ -29,12 +29,13 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import cv2
 import numpy as np
 
-from workloads.perturbations.video._registry import ClipContext, find_files, register
+from workloads.perturbations.video._registry import AssetNeeds, ClipContext, find_files, register
+from workloads.seeding import digest, file_digest, path_version
 from workloads.video_io import read_frames, uniform_indices
 
 RATIOS = {1: 0.30, 2: 0.40, 3: 0.50, 4: 0.60, 5: 0.70}
@@ -229,7 +230,20 @@ _FALLBACKS = {
 }
 
 
-@register("event_insertion", full_video=True)
+def _assets_version(paths: Mapping[str, str | None], context: Mapping[str, str]) -> str:
+    pool, boxes = paths.get("distractor_pool"), paths.get("main_objects")
+    return "distractors:" + digest([path_version(pool) if pool else f"train:{context['data']}",
+                                    file_digest(boxes) if boxes else "query-video", context["embedder"]])
+
+
+def _prepare(*args, **kwargs) -> dict[str, dict[str, Any]]:
+    from workloads.distractors import prepare_distractors  # torch and the backbones load only when needed
+
+    return prepare_distractors(*args, **kwargs)
+
+
+@register("event_insertion", order=10, level="high", full_video=True,
+          assets=AssetNeeds(("distractor_pool", "main_objects"), _assets_version, prepare=_prepare))
 def event_insertion(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """Replace the last 30..70% of the uniform frames with a distractor video's uniform frames (s2.11)."""
     t = ctx.num_frames

@@ -46,7 +46,7 @@ def plasma_fractal(mapsize: int, wibbledecay: float, rng: np.random.Generator) -
     return a / a.max()
 
 
-@register("fog")
+@register("fog", order=2, level="low")
 def fog(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """One plasma-fractal fog map per clip added to every frame, then per-frame max rescale (s2.3)."""
     intensity, decay = PARAMS[severity - 1]

@@ -23,7 +23,7 @@ def offsets(shape: tuple[int, int], std: float, rng: np.random.Generator) -> tup
     return add, sub
 
 
-@register("gaussian_noise")
+@register("gaussian_noise", order=0, level="low")
 def gaussian_noise(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """One static N(0, c^2) field per clip added to every frame (s2.1)."""
     std = STDS[severity - 1]

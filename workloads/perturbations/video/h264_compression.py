@@ -99,7 +99,7 @@ def decode(packets: list[bytes], wanted: set[int] | None) -> tuple[dict[int, np.
     return kept, count
 
 
-@register("h264_compression", full_video=True)
+@register("h264_compression", order=5, level="low", full_video=True)
 def h264_compression(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """Real libx264 encode + decode of the full clip at the severity's bitrate, then 12 uniform frames (s2.6)."""
     bitrate = BITRATES[severity - 1]

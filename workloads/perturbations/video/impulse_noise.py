@@ -11,7 +11,7 @@ from workloads.perturbations.video._registry import ClipContext, register
 AMOUNTS = (0.03, 0.06, 0.09, 0.17, 0.27)
 
 
-@register("impulse_noise")
+@register("impulse_noise", order=1, level="low")
 def impulse_noise(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """One pixel-wise salt/pepper mask per clip, applied to every frame (s2.2)."""
     amount = AMOUNTS[severity - 1]

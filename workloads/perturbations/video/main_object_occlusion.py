@@ -39,7 +39,8 @@ from typing import Any, Mapping
 import cv2
 import numpy as np
 
-from workloads.perturbations.video._registry import ClipContext, register
+from workloads.perturbations.video._registry import AssetNeeds, ClipContext, register
+from workloads.seeding import file_digest
 
 AREA_RATIOS = tuple(float(r) for r in np.linspace(0.3, 0.8, 5))
 LOCATOR_LABEL = "salient_region"
@@ -229,7 +230,11 @@ def locate_main_objects(video: np.ndarray, indices: np.ndarray) -> dict[str, lis
 
 # ----------------------------------------------------------------------------------------------- the perturbation
 
-@register("main_object_occlusion")
+def _assets_version(paths: Mapping[str, str | None], context: Mapping[str, str]) -> str:
+    return "boxes:" + file_digest(paths["main_objects"]) if paths.get("main_objects") else "builtin"
+
+
+@register("main_object_occlusion", order=8, level="mid", assets=AssetNeeds(("main_objects",), _assets_version))
 def main_object_occlusion(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """Black patch of area ratio 0.30..0.80 of the main object's box, re-drawn per frame (s2.9)."""
     source = ctx.assets.get("main_objects")

@@ -18,7 +18,7 @@ SHORT = (5, 7, 9, 11, 13)
 LONG = (9, 13, 17, 21, 25)
 
 
-@register("motion_blur", full_video=True)
+@register("motion_blur", order=6, level="mid", full_video=True)
 def motion_blur(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """Motion-adaptive linear motion blur from Farneback flow between original frames k-1 and k (s2.7)."""
     short_len, long_len = SHORT[severity - 1], LONG[severity - 1]

@@ -53,7 +53,7 @@ def snow_curtain(height: int, width: int, severity: int, rng: np.random.Generato
     return np.clip(np.rint(blurred), 0, 255), angle  # ImageMagick writes the blurred curtain back as 8 bits
 
 
-@register("snow")
+@register("snow", order=3, level="low")
 def snow(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """One falling snow curtain per clip (3 px per sampled frame), one blur angle per clip (s2.4)."""
     blend = PARAMS[severity - 1][6]

@@ -26,12 +26,13 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import cv2
 import numpy as np
 
-from workloads.perturbations.video._registry import ClipContext, find_files, register, to_float, to_uint8
+from workloads.perturbations.video._registry import AssetNeeds, ClipContext, find_files, register, to_float, to_uint8
+from workloads.seeding import digest, file_digest, path_version
 
 ALPHAS = (0.2, 0.4, 0.6, 0.8, 1.0)
 STYLE_EXTENSIONS = (".png", ".jpg", ".jpeg")
@@ -247,7 +248,15 @@ def _adain_assets(ctx: ClipContext) -> tuple[str, str] | None:
     return str(vgg), str(dec)
 
 
-@register("style_transfer")
+def _assets_version(paths: Mapping[str, str | None], context: Mapping[str, str]) -> str:
+    styles = path_version(paths["style_images"]) if paths.get("style_images") else "builtin"
+    if not paths.get("adain_vgg"):
+        return "proxy:" + styles
+    return "adain:" + digest([file_digest(paths["adain_vgg"]), file_digest(paths["adain_decoder"]), styles])
+
+
+@register("style_transfer", order=9, level="high",
+          assets=AssetNeeds(("adain_vgg", "adain_decoder", "style_images"), _assets_version))
 def style_transfer(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """AdaIN style transfer with one style per clip; alpha 0.2..1.0 (s2.10). Proxy without weights."""
     alpha = ALPHAS[severity - 1]

@@ -52,7 +52,7 @@ def scrambled_indices(n: int, num_frames: int, severity: int, rng: np.random.Gen
     return picked.astype(np.int64), info
 
 
-@register("temporal_scrambling", full_video=True)
+@register("temporal_scrambling", order=11, level="high", full_video=True)
 def temporal_scrambling(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """Trim head/tail, scramble chunks of the middle, sample T frames from it (s2.12)."""
     idx, info = scrambled_indices(len(ctx.video), ctx.num_frames, severity, rng)

@@ -15,7 +15,7 @@ from workloads.perturbations.video._registry import ClipContext, register
 RADII = (3, 4, 6, 8, 10)
 
 
-@register("video_defocus", full_video=True)
+@register("video_defocus", order=7, level="mid", full_video=True)
 def video_defocus(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """Motion-adaptive disk defocus (radius r, 2r in high-motion pixels) from Farneback flow (s2.8)."""
     radius = RADII[severity - 1]
