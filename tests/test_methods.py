@@ -1,21 +1,27 @@
-"""READ, SAR, EATA, TCR and HAT-VTR (vtr_tta_study s1.5-s1.10): loss terms against hand-computed values, the
-hub-suppression formula worked by hand, every method on a micro-model stream (both backbones, both directions),
-determinism, NaN guards, faithful vs corrected behaviour and option checking."""
+"""The TTA methods (docs/faithfulness.md): loss terms against hand-computed values, the hub-suppression formula
+worked by hand, every registered method on a micro-model stream (both backbones, both directions), determinism, NaN
+guards, faithful vs corrected behaviour, the authors' per-configuration settings and option checking."""
 import json
 import math
 
 import pytest
 import torch
 
-from workloads.backbones import create_backbone
-from workloads.methods import NAMES, ForwardOutput, Gallery, QueryBatch, create_method, iter_batches, run_stream
+from workloads.backbones import BACKBONES, create_backbone
+from workloads.methods import (METHODS, NAMES, ForwardOutput, Gallery, QueryBatch, create_method, iter_batches,
+                               run_stream)
 from workloads.methods._memory import PairMemory, gap_indicator, noise_robust_entropy
 from workloads.methods.eata import eata_select, eata_weighted_entropy
 from workloads.methods.hat_vtr import HubnessSuppressionMemory, frame_cross_covariance_loss, hub_suppress
 from workloads.methods.read import read_loss
+from workloads.methods.reference_configs import REFERENCE_CONFIGS
+from workloads.spec import DIRECTIONS
 from workloads.methods.sar import SAM, sar_second_loss, sar_threshold
 
-NEW = ("read", "sar", "eata", "tcr", "hat_vtr")
+# every registered method that adapts (Source only scores): a newly registered method is tested by default
+ADAPTING = tuple(n for n in METHODS.names() if METHODS.lookup(n).adapts)
+# methods whose corrected mode (`faithful: false`) is a different method from the faithful one
+WITH_CORRECTED_MODE = tuple(n for n in METHODS.names() if METHODS.lookup(n).corrected)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -74,7 +80,7 @@ class Stream:
 
 @pytest.fixture(scope="module")
 def streams():
-    return {(b, d): Stream(b, d) for b in ("clip4clip", "xpool") for d in ("v2t", "t2v")}
+    return {(b, d): Stream(b, d) for b in BACKBONES.names() for d in DIRECTIONS}
 
 
 def toy_method(name, direction="v2t", g=3, **kw):
@@ -416,28 +422,48 @@ def test_hat_vtr_empty_reliable_memory_and_empty_na_selection_give_zero_terms():
 # streams on the micro model
 # ------------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("backbone", ["clip4clip", "xpool"])
-@pytest.mark.parametrize("direction", ["v2t", "t2v"])
-def test_each_method_adapts_only_query_tower_layernorms(streams, backbone, direction):
+# every registered method x backbone x direction (DomainBed's test_models.py idea): a new entry is tested by default
+@pytest.mark.parametrize("backbone", BACKBONES.names())
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("name", ADAPTING)
+def test_each_method_adapts_only_query_tower_layernorms(streams, name, backbone, direction):
     s = streams[(backbone, direction)]
-    for name in NEW:
-        for faithful in (True, False):
-            m, scores = s.run(name, faithful=faithful)
-            assert scores.shape == (36, 36) and torch.isfinite(scores).all(), (name, faithful)
-            changed = s.changed()
-            assert changed <= s.query_ln_names(), (name, faithful, changed - s.query_ln_names())
-            if faithful:  # every faithful method updates on every step
-                assert changed == s.query_ln_names(), (name, changed ^ s.query_ln_names())
+    for faithful in (True, False):
+        m, scores = s.run(name, faithful=faithful)
+        assert scores.shape == (36, 36) and torch.isfinite(scores).all(), (name, faithful)
+        changed = s.changed()
+        assert changed <= s.query_ln_names(), (name, faithful, changed - s.query_ln_names())
+        if faithful:  # every faithful method updates on every step
+            assert changed == s.query_ln_names(), (name, changed ^ s.query_ln_names())
 
 
-def test_learning_rates_and_optimizers(streams):
+def test_faithful_mode_takes_the_authors_shipped_config_of_each_method_direction_and_backbone(streams):
+    """Walks the table of the authors' 28 TTA configs: a faithful method built for that (direction, backbone) runs
+    with the shipped settings; the corrected mode keeps the paper's (the method's own per-direction rate, RM 16)."""
+    assert len(REFERENCE_CONFIGS) == 28
+    assert {m for m, _, _ in REFERENCE_CONFIGS} == set(METHODS.names())
+    for (name, direction, backbone), (config_file, settings) in REFERENCE_CONFIGS.items():
+        s = streams[(backbone, direction)]
+        assert config_file.endswith(".json") and f"/{direction}/{backbone}_" in config_file
+        faithful, corrected = s.method(name), s.method(name, faithful=False)
+        assert faithful.learning_rate == settings["lr"], (name, direction, backbone)
+        assert corrected.learning_rate == type(corrected).lr[direction]
+        for key, value in settings.items():
+            if key != "lr":
+                assert faithful.options[key] == value and corrected.options[key] != value, (name, key)
+        assert faithful.temperature == 0.02 and faithful.steps == 3
+        if faithful.optimizer is not None:
+            assert faithful.optimizer.param_groups[0]["weight_decay"] == 1e-4
+            assert faithful.optimizer.param_groups[0]["lr"] == settings["lr"]
+    # the one per-backbone setting: HAT-VTR's Reliable Memory in t2v (100 for CLIP4Clip, 16 for X-Pool)
+    assert streams[("clip4clip", "t2v")].method("hat_vtr").options["rm_size"] == 100
+    assert streams[("xpool", "t2v")].method("hat_vtr").options["rm_size"] == 16
+    # an explicit option wins over the shipped setting
+    assert streams[("clip4clip", "t2v")].method("hat_vtr", rm_size=8, lr=1e-3).options["rm_size"] == 8
+
+
+def test_optimizers(streams):
     s = streams[("xpool", "v2t")]
-    want = {"read": (3e-5, 3e-5), "sar": (3e-5, 3e-5), "eata": (3e-4, 3e-4), "tcr": (3e-4, 3e-4),
-            "hat_vtr": (3e-4, 3e-5)}
-    for name, lrs in want.items():
-        m = s.method(name)
-        assert type(m).lr == {"v2t": lrs[0], "t2v": lrs[1]} and m.learning_rate == lrs[0]
-        assert m.temperature == 0.02 and m.steps == 3 and m.optimizer.param_groups[0]["weight_decay"] == 1e-4
     sar = s.method("sar")
     assert isinstance(sar.optimizer, SAM) and isinstance(sar.optimizer.base_optimizer, torch.optim.AdamW)
     assert sar.optimizer.param_groups[0]["rho"] == 0.05
@@ -446,7 +472,7 @@ def test_learning_rates_and_optimizers(streams):
 
 def test_determinism_two_runs_identical(streams):
     s = streams[("xpool", "v2t")]
-    for name in NEW:
+    for name in ADAPTING:
         torch.manual_seed(0)
         _, a = s.run(name)
         torch.manual_seed(0)
@@ -456,7 +482,7 @@ def test_determinism_two_runs_identical(streams):
 
 def test_faithful_and_corrected_differ(streams):
     s = streams[("clip4clip", "v2t")]
-    for name in NEW:
+    for name in WITH_CORRECTED_MODE:
         _, a = s.run(name, faithful=True)
         _, b = s.run(name, faithful=False)
         assert not torch.allclose(a, b, atol=1e-6), name
@@ -494,7 +520,7 @@ def test_nan_guards_on_tiny_batches(streams):
         s = streams[key]
         q = s.queries
         batches = [QueryBatch(0, q[:2]), QueryBatch(1, q[2:18]), QueryBatch(2, q[18:34]), QueryBatch(3, q[34:36])]
-        for name in NEW:
+        for name in ADAPTING:
             for faithful in (True, False):
                 m, scores = s.run(name, batches=batches, faithful=faithful)
                 assert scores.shape == (36, 36) and torch.isfinite(scores).all(), (key, name, faithful)
@@ -519,26 +545,30 @@ def test_registry_order():
 
 def test_options_are_checked(streams):
     s = streams[("clip4clip", "v2t")]
-    with pytest.raises(ValueError, match=r"does not take option\(s\) \['margin'\]; allowed options: "
-                                         r"d_margin, e_margin"):
+    with pytest.raises(ValueError, match=r"method 'eata': unknown option\(s\) 'margin'; allowed: d_margin, e_margin, "
+                                         r"lr, temperature, weight_decay"):
         s.method("eata", margin=0.4)
-    with pytest.raises(ValueError, match="allowed options: alpha, beta, hsm_rerank, hsm_size, hsm_target, m, "
+    with pytest.raises(ValueError, match="allowed: alpha, beta, hsm_rerank, hsm_size, hsm_target, lr, m, "
                                          "mgcm_frame, mgcm_global, mguni_inter, mguni_intra, na, rm_size, "
-                                         "select_ratio, t"):
+                                         "select_ratio, t, temperature, weight_decay"):
         s.method("hat_vtr", hsm=True)
     with pytest.raises(ValueError, match="must be true/false"):
         s.method("hat_vtr", na=1)
     with pytest.raises(ValueError, match="must be an integer"):
         s.method("tcr", queue_size=2.5)
-    with pytest.raises(ValueError, match="must be a JSON scalar"):
+    with pytest.raises(ValueError, match=r"option 'gamma' must be a number > 0, got \[0.3\]"):
         s.method("read", gamma=[0.3])
-    with pytest.raises(ValueError, match="margin must be in"):
+    with pytest.raises(ValueError, match=r"'margin' is a fraction of the batch in faithful mode and must be in "
+                                         r"\(0, 1\]"):
         s.method("sar", margin=1.5)
-    with pytest.raises(ValueError, match="does not take"):
+    assert s.method("sar", margin=1.5, faithful=False).options["margin"] == 1.5  # corrected: a factor of ln(G)
+    with pytest.raises(ValueError, match=r"option 'select_ratio' must be a number > 0 and <= 1, got 0"):
+        s.method("tcr", select_ratio=0)
+    with pytest.raises(ValueError, match="unknown option"):
         s.method("read", faithfull=False)
     # JSON round-trips (ints for floats, integral floats for ints, null for the default) are accepted
     m = s.method("hat_vtr", **json.loads('{"alpha": 50, "rm_size": 8.0, "hsm_size": null, "na": false}'))
     assert m.options["alpha"] == 50.0 and m.options["rm_size"] == 8 and m.options["hsm_size"] == 3
-    for name in NEW:  # resolved options stay JSON-able scalars
+    for name in METHODS.names():  # resolved options stay JSON-able scalars
         opts = s.method(name).options
         assert json.loads(json.dumps(opts)) == opts and all(not isinstance(v, (list, dict)) for v in opts.values())

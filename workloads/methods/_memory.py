@@ -1,5 +1,5 @@
-"""Helpers shared by the methods: option checking, TCR's queue / HAT-VTR's Reliable Memory, and the TCR-family loss
-terms (vtr_tta_study s1.8-s1.9). Pure PyTorch; every tensor stays on the device it arrives on.
+"""Helpers shared by the methods: TCR's queue / HAT-VTR's Reliable Memory, and the TCR-family loss
+terms (docs/faithfulness.md: TCR to HAT-VTR). Pure PyTorch; every tensor stays on the device it arrives on.
 """
 from __future__ import annotations
 
@@ -7,15 +7,6 @@ import torch
 import torch.nn.functional as F
 
 from workloads.methods.base import softmax_entropy
-
-# --------------------------------------------------------------------------------------------------------------
-# options
-# --------------------------------------------------------------------------------------------------------------
-
-def require(cond: bool, method: str, message: str) -> None:
-    if not cond:
-        raise ValueError(f"method {method!r}: {message}")
-
 
 # --------------------------------------------------------------------------------------------------------------
 # pair memories (TCR queue, HAT-VTR Reliable Memory)
@@ -60,7 +51,7 @@ class PairMemory:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# loss terms (TCR s1.8, HAT-VTR s1.9)
+# loss terms (docs/faithfulness.md: TCR, HAT-VTR)
 # --------------------------------------------------------------------------------------------------------------
 
 def pair_entropy(query: torch.Tensor, gallery: torch.Tensor, temperature: float) -> torch.Tensor:

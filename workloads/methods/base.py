@@ -1,4 +1,4 @@
-"""The online test-time adaptation loop every method shares (vtr_tta_study s1.1).
+"""The online test-time adaptation loop every method shares (docs/faithfulness.md: The online loop).
 
 One trial = one stream of query batches (annotation order, batch 16) against a gallery encoded once with the
 unadapted model. For each batch a method runs `steps` (3) times: forward -> loss -> backward -> AdamW step, updating
@@ -16,7 +16,6 @@ A method is a subclass of `TTAMethod` overriding a few hooks:
 from __future__ import annotations
 
 import copy
-import math
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Iterator, Mapping
@@ -26,6 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from workloads.backbones.model import VideoTextModel, cosine_similarity
+from workloads.methods.reference_configs import reference_settings
+from workloads.options import Option, check_options
 
 DIRECTIONS = ("v2t", "t2v")
 
@@ -46,7 +47,7 @@ class NonFiniteError(RuntimeError):
 
 @dataclass
 class Gallery:
-    """Gallery features computed once with the unadapted model (s1.1 item 7). v2t: raw text features [G, D];
+    """Gallery features computed once with the unadapted model. v2t: raw text features [G, D];
     t2v: raw per-frame video features [G, T, D]."""
 
     direction: str
@@ -84,44 +85,6 @@ class ForwardOutput:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-_SCALARS = (bool, int, float, str, type(None))
-
-
-def check_option_values(method: str, options: Mapping[str, Any], spec: Mapping[str, tuple[type, Any]]
-                        ) -> dict[str, Any]:
-    """Validate `options` against a method's option table `spec` {name: (kind, default)} and return the full option
-    dict with defaults filled in. `kind` is bool, int or float; a default of None means "depends on `faithful`"
-    (the method resolves it). Unknown names are rejected with the allowed list; values must be JSON scalars of the
-    right kind (ints are accepted for floats and integral floats for ints, as JSON round-trips give them; null means
-    the default)."""
-    unknown = sorted(set(options) - set(spec))
-    if unknown:
-        raise ValueError(f"method {method!r} does not take option(s) {unknown}; allowed options: "
-                         f"{', '.join(sorted(spec))}")
-    out = {name: default for name, (_, default) in spec.items()}
-    for name, value in options.items():
-        kind = spec[name][0]
-        if value is None:  # null = the default
-            continue
-        if not isinstance(value, _SCALARS):
-            raise ValueError(f"option {name!r} of method {method!r} must be a JSON scalar, got "
-                             f"{type(value).__name__}")
-        if kind is bool:
-            if not isinstance(value, bool):
-                raise ValueError(f"option {name!r} of method {method!r} must be true/false, got {value!r}")
-        elif kind is int:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or float(value) != int(value):
-                raise ValueError(f"option {name!r} of method {method!r} must be an integer, got {value!r}")
-            value = int(value)
-        elif kind is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"option {name!r} of method {method!r} must be a finite number, got {value!r}")
-            value = float(value)
-        out[name] = value
-    return out
-
-
 def softmax_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Row entropy H_i = -sum_j p_ij log p_ij of softmax(logits) along dim 1 (summed, unlike the reference's
     elementwise helper; SAR's faithful mode uses `elementwise_entropy`)."""
@@ -133,25 +96,40 @@ def elementwise_entropy(logits: torch.Tensor) -> torch.Tensor:
 
 
 class TTAMethod:
-    """Base class: the shared online loop. Class attributes are the reference's per-method settings (s1.2)."""
+    """Base class: the shared online loop. Class attributes are the reference's per-method settings."""
 
     name: ClassVar[str] = ""
-    # learning rate per direction (config_tta/msrvtt/*, s1.2)
+    # the paper's learning rate per direction (appendix C); faithful mode takes the authors' per-configuration
+    # values from workloads.methods.reference_configs instead (equal for every shipped rate)
     lr: ClassVar[dict[str, float]] = {"v2t": 3e-5, "t2v": 3e-5}
     adapts: ClassVar[bool] = True
-    # method-specific options {name: (kind, default)}; see check_option_values
-    OPTIONS: ClassVar[dict[str, tuple[type, Any]]] = {}
+    # what `faithful: false` changes, in one line ("" when both modes are the same method); docs/faithfulness.md
+    corrected: ClassVar[str] = ""
+    # method-specific options, checked when a grid loads (workloads.options.Option: kind, default, range)
+    OPTIONS: ClassVar[dict[str, Option]] = {}
     # options every method takes (they are constructor arguments, not method state)
-    COMMON_OPTIONS: ClassVar[dict[str, tuple[type, Any]]] = {"lr": (float, None), "weight_decay": (float, 1e-4),
-                                                              "temperature": (float, 0.02)}
+    COMMON_OPTIONS: ClassVar[dict[str, Option]] = {
+        "lr": Option(float, None, above=0, doc="learning rate; default: the method's rate for the direction"),
+        "weight_decay": Option(float, 1e-4, min=0),
+        "temperature": Option(float, 0.02, above=0, doc="softmax temperature of the entropy losses")}
 
     @classmethod
-    def validate_options(cls, options: Mapping[str, Any]) -> None:
-        """Check option names and kinds without building the method (a grid is checked before anything runs)."""
-        check_option_values(cls.name, options, {**cls.COMMON_OPTIONS, **cls.OPTIONS})
+    def validate_options(cls, options: Mapping[str, Any], faithful: bool = True) -> dict[str, Any]:
+        """Check option names, kinds and ranges without building the method (a grid checks every method entry when it
+        loads); returns every option with its default (None = resolved when the method is built)."""
+        o = check_options(f"method {cls.name!r}", options, {**cls.COMMON_OPTIONS, **cls.OPTIONS})
+        cls.check_dependent(o, faithful)
+        return o
+
+    @classmethod
+    def check_dependent(cls, options: dict[str, Any], faithful: bool) -> None:
+        """Rules that involve several options or the `faithful` flag; raise OptionError with one line."""
+
+    def resolve_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Fill in defaults left as None that depend on `faithful` or the gallery."""
+        return options
 
     def __init__(self, model: VideoTextModel, direction: str, gallery: Gallery, *, steps: int = 3,
-                 lr: float | None = None, weight_decay: float = 1e-4, temperature: float = 0.02,
                  faithful: bool = True, precision: str = "fp32", **options: Any):
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
@@ -163,25 +141,26 @@ class TTAMethod:
         self.direction = direction
         self.gallery = gallery
         self.steps = int(steps)
-        self.learning_rate = float(lr if lr is not None else self.lr[direction])
-        self.weight_decay = float(weight_decay)
-        self.temperature = float(temperature)
         self.faithful = bool(faithful)
         self.precision = precision
-        self.options = self.check_options(options)
+        o = type(self).validate_options(options, self.faithful)
+        if self.faithful:  # the authors' shipped setting for this (method, direction, backbone), unless overridden
+            for key, value in reference_settings(self.name, direction, getattr(model, "backbone", "")).items():
+                if options.get(key) is None:
+                    o[key] = value
+        lr = o.pop("lr")
+        self.learning_rate = float(lr if lr is not None else self.lr[direction])
+        self.weight_decay = float(o.pop("weight_decay"))
+        self.temperature = float(o.pop("temperature"))
+        self.options = self.resolve_options(o)
         self.device = gallery.features.device
         self.params: list[nn.Parameter] = []
         self.optimizer: torch.optim.Optimizer | None = None
         self.setup()
 
     # -- set-up -------------------------------------------------------------------------------------------------
-    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """Validate method-specific options against `OPTIONS` and fill in defaults; override to resolve defaults
-        that depend on `faithful` or the gallery."""
-        return check_option_values(self.name, options, self.OPTIONS)
-
     def setup(self) -> None:
-        """Freeze everything, then train only the query tower's LayerNorm weights and biases (s1.1 item 4)."""
+        """Freeze everything, then train only the query tower's LayerNorm weights and biases."""
         self.model.eval()  # dropout off everywhere; LayerNorm is unaffected by train/eval
         self.model.requires_grad_(False)
         self.params = []
@@ -218,7 +197,7 @@ class TTAMethod:
 
     # -- forward ------------------------------------------------------------------------------------------------
     def forward_output(self, batch: QueryBatch) -> ForwardOutput:
-        """The reference harness's `TTABase.forward_output` (s1.1 item 9): pooling on UNnormalised features, cosine
+        """The reference harness's `TTABase.forward_output`: pooling on UNnormalised features, cosine
         scores [B, G]. query_feat / gallery_feat as TCR consumes them: v2t -> mean of unnormalised query frame
         features and normalised gallery texts; t2v -> normalised query texts and the mean of unnormalised gallery
         frame features."""

@@ -1,4 +1,5 @@
-"""EATA (Niu et al. 2022) for retrieval (vtr_tta_study s1.6). lr 3e-4 in both directions. Per step (state updated
+"""EATA (Niu et al. 2022) for retrieval (docs/faithfulness.md: EATA). lr 3e-4 in both directions. Per step (state
+updated
 every step, 3 per batch), with H_i the row entropy of p_i = softmax(S_i / 0.02) over the gallery:
 
 1. reliability filter: keep i with H_i < E0;
@@ -25,13 +26,12 @@ Options: e_margin (0.40; nats when faithful, fraction of ln G otherwise), d_marg
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from workloads.methods._memory import require
-from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod, check_option_values, softmax_entropy
+from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod, softmax_entropy
+from workloads.options import Option
 from workloads.methods.registry import register_method
 
 
@@ -65,14 +65,10 @@ def eata_weighted_entropy(entropy: torch.Tensor, e0: float) -> torch.Tensor:
 
 @register_method("eata", order=4)
 class EATA(TTAMethod):
+    corrected = "entropy margin 0.4 ln(G) nats, no 25%/10% fallbacks (empty selections skip the update)"
     lr = {"v2t": 3e-4, "t2v": 3e-4}
-    OPTIONS = {"e_margin": (float, 0.40), "d_margin": (float, 0.05)}
-
-    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        o = check_option_values(self.name, options, self.OPTIONS)
-        require(o["e_margin"] > 0, self.name, f"e_margin must be > 0, got {o['e_margin']}")
-        require(o["d_margin"] > 0, self.name, f"d_margin must be > 0, got {o['d_margin']}")
-        return o
+    OPTIONS = {"e_margin": Option(float, 0.40, above=0, doc="reliability threshold in nats (absolute)"),
+               "d_margin": Option(float, 0.05, above=0, doc="redundancy threshold on |cos|")}
 
     @property
     def e0(self) -> float:

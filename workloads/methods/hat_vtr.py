@@ -1,4 +1,5 @@
-"""HAT-VTR (Hubness Alleviation for Test-time Video-Text Retrieval; vtr_tta_study s1.9). lr 3e-4 (v2t) / 3e-5 (t2v).
+"""HAT-VTR (Hubness Alleviation for Test-time Video-Text Retrieval; docs/faithfulness.md: HAT-VTR). lr 3e-4 (v2t) /
+3e-5 (t2v).
 
 Own forward (not the base harness's): text features L2-normalised, video features L2-normalised PER FRAME
 ([B or G, T, D]); CLIP4Clip = mean of the normalised frames, re-normalised; X-Pool = pooling head on the normalised
@@ -36,8 +37,8 @@ faithful=False (the paper, Sec. 4.2 and Appx. Fig. 7/11):
   < 0.4 MB for K = 100 at G = 1000 in fp32 is 100 rows, not 100 batch matrices); the stack for a batch is those
   K rows plus the batch's B rows;
 - Eq. 5-6 apply from the first batch on (an empty memory means S-bar = S_t alone), for both stages.
-Both modes keep the Reliable Memory at 16 (largest diversity; the shipped t2v/clip4clip config sets 100, pass
-rm_size=100 to reproduce that run) and the same losses.
+The Reliable Memory keeps the largest-diversity pairs; its size is 16 (the paper) except where the authors' shipped
+configuration says otherwise in faithful mode (t2v with CLIP4Clip: 100; workloads/methods/reference_configs.py).
 
 NaN guards: L_NA's empty selection -> zero term (see `_memory.noise_robust_entropy`); an empty Reliable Memory
 (first batch with < 4 queries, where the reference crashes) -> zero L_NA and L_MGCM terms. With every loss switch off
@@ -62,9 +63,9 @@ from workloads.methods._memory import (
     modality_gap,
     noise_robust_entropy,
     pair_entropy,
-    require,
 )
-from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod, check_option_values
+from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod
+from workloads.options import Option
 from workloads.methods.registry import register_method
 
 LOSS_TERMS = ("na", "mguni_inter", "mguni_intra", "mgcm_global", "mgcm_frame")
@@ -182,22 +183,22 @@ class HubnessSuppressionMemory:
 
 @register_method("hat_vtr", order=6)
 class HATVTR(TTAMethod):
+    corrected = "HSM memory of the newest K = 100 query rows from the first batch on; Reliable Memory 16 everywhere"
     lr = {"v2t": 3e-4, "t2v": 3e-5}
-    OPTIONS = {"alpha": (float, 100.0), "beta": (float, 10.0), "m": (float, 0.5), "hsm_size": (int, None),
-               "rm_size": (int, 16), "select_ratio": (float, 0.3), "t": (float, 0.1),
-               "hsm_target": (bool, True), "hsm_rerank": (bool, True),
-               **{term: (bool, True) for term in LOSS_TERMS}}
+    OPTIONS = {"alpha": Option(float, 100.0, above=0, doc="HSM column temperature"),
+               "beta": Option(float, 10.0, above=0, doc="HSM row temperature"),
+               "m": Option(float, 0.5, min=0, max=1, doc="HSM balance of column vs row weighting"),
+               "hsm_size": Option(int, None, min=1, doc="HSM memory: int(0.1 G) batch matrices faithful, 100 rows "
+                                                        "corrected"),
+               "rm_size": Option(int, 16, min=1, doc="Reliable Memory size (the authors' t2v/clip4clip config: 100)"),
+               "select_ratio": Option(float, 0.3, above=0, max=1), "t": Option(float, 0.1, above=0),
+               "hsm_target": Option(bool, True, doc="HSM at target selection"),
+               "hsm_rerank": Option(bool, True, doc="HSM at posterior re-ranking"),
+               **{term: Option(bool, True, doc="loss term on/off (ablation)") for term in LOSS_TERMS}}
 
-    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        o = check_option_values(self.name, options, self.OPTIONS)
+    def resolve_options(self, o: dict[str, Any]) -> dict[str, Any]:
         if o["hsm_size"] is None:
             o["hsm_size"] = max(1, int(0.1 * len(self.gallery))) if self.faithful else 100
-        require(o["hsm_size"] >= 1, self.name, f"hsm_size must be >= 1, got {o['hsm_size']}")
-        require(o["rm_size"] >= 1, self.name, f"rm_size must be >= 1, got {o['rm_size']}")
-        require(o["alpha"] > 0 and o["beta"] > 0, self.name, "alpha and beta must be > 0")
-        require(0 <= o["m"] <= 1, self.name, f"m must be in [0, 1], got {o['m']}")
-        require(0 < o["select_ratio"] <= 1, self.name, f"select_ratio must be in (0, 1], got {o['select_ratio']}")
-        require(o["t"] > 0, self.name, f"t must be > 0, got {o['t']}")
         return o
 
     def reset_memory(self) -> None:

@@ -1,4 +1,4 @@
-"""READ (Yang et al. 2024) for retrieval (vtr_tta_study s1.7). lr 3e-5 in both directions.
+"""READ (Yang et al. 2024) for retrieval (docs/faithfulness.md: READ). lr 3e-5 in both directions.
 
 Per step, with p_i = softmax(S_i / 0.02) over the whole gallery and pmax_i = max_j p_ij:
     L_ra  = mean_i pmax_i * (1 - log pmax_i + log gamma),   gamma = e^-1  (= mean_i -pmax_i log pmax_i)
@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from workloads.methods._memory import require
-from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod, check_option_values
+from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod
+from workloads.options import Option
 from workloads.methods.registry import register_method
 
 
@@ -36,14 +36,14 @@ def read_loss(logits: torch.Tensor, gamma: float = math.exp(-1), balance_weight:
 
 @register_method("read", order=2)
 class READ(TTAMethod):
+    corrected = "balance term weighted 1 (READ as published) instead of 0"
     lr = {"v2t": 3e-5, "t2v": 3e-5}
-    OPTIONS = {"gamma": (float, math.exp(-1)), "balance_weight": (float, None)}
+    OPTIONS = {"gamma": Option(float, math.exp(-1), above=0),
+               "balance_weight": Option(float, None, min=0, doc="default 0 faithful (the authors' code), 1 corrected")}
 
-    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        o = check_option_values(self.name, options, self.OPTIONS)
+    def resolve_options(self, o: dict[str, Any]) -> dict[str, Any]:
         if o["balance_weight"] is None:
             o["balance_weight"] = 0.0 if self.faithful else 1.0
-        require(o["gamma"] > 0, self.name, f"gamma must be > 0, got {o['gamma']}")
         return o
 
     def loss(self, out: ForwardOutput, batch: QueryBatch, step: int) -> torch.Tensor:

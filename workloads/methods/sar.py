@@ -1,4 +1,5 @@
-"""SAR (Niu et al. 2023) for retrieval (vtr_tta_study s1.5). lr 3e-5 in both directions; AdamW (wd 1e-4) wrapped in
+"""SAR (Niu et al. 2023) for retrieval (docs/faithfulness.md: SAR). lr 3e-5 in both directions; AdamW (wd 1e-4) wrapped
+in
 SAM with rho 0.05 (non-adaptive). Each of the 3 steps per batch is two forward/backward passes:
 
 1. first forward, row entropies H_i of softmax(S_i / 0.02) over the gallery; reliable set A and threshold E0;
@@ -37,9 +38,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from workloads.methods._memory import require
-from workloads.methods.base import (ForwardOutput, QueryBatch, TTAMethod, check_option_values, elementwise_entropy,
-                                    softmax_entropy)
+from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod, elementwise_entropy, softmax_entropy
+from workloads.options import Option, OptionError
 from workloads.methods.registry import register_method
 
 
@@ -126,17 +126,24 @@ def sar_second_loss(logits: torch.Tensor, reliable: torch.Tensor, e0: float, fai
 
 @register_method("sar", order=3)
 class SAR(TTAMethod):
+    corrected = "reliable set by 0.4 ln(G) nats, summed second-pass entropies, model recovery on"
     lr = {"v2t": 3e-5, "t2v": 3e-5}
-    OPTIONS = {"margin": (float, 0.40), "rho": (float, 0.05), "reset_constant": (float, 0.2),
-               "model_reset": (bool, None)}
+    OPTIONS = {"margin": Option(float, 0.40, above=0, doc="faithful: a fraction of the batch in (0, 1]; corrected: "
+                                                           "a factor of ln(G)"),
+               "rho": Option(float, 0.05, min=0, doc="SAM neighbourhood size"),
+               "reset_constant": Option(float, 0.2, min=0),
+               "model_reset": Option(bool, None, doc="default off faithful (disabled in the authors' code), on "
+                                                     "corrected")}
 
-    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        o = check_option_values(self.name, options, self.OPTIONS)
+    @classmethod
+    def check_dependent(cls, o: dict[str, Any], faithful: bool) -> None:
+        if faithful and o["margin"] > 1:
+            raise OptionError(f"method {cls.name!r}: option 'margin' is a fraction of the batch in faithful mode and "
+                              f"must be in (0, 1], got {o['margin']}")
+
+    def resolve_options(self, o: dict[str, Any]) -> dict[str, Any]:
         if o["model_reset"] is None:
             o["model_reset"] = not self.faithful
-        require(0 < o["margin"] <= (1 if self.faithful else math.inf), self.name,
-                f"margin must be in (0, 1] (a fraction), got {o['margin']}")
-        require(o["rho"] >= 0, self.name, f"rho must be >= 0, got {o['rho']}")
         return o
 
     def make_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:

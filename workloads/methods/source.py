@@ -1,4 +1,5 @@
-"""Source: no adaptation (the reference's `Mock`, s1.3): one forward pass per batch, cosine scores."""
+"""Source: no adaptation (the authors' `Mock`; docs/faithfulness.md: Source): one forward pass per batch, cosine
+scores."""
 from workloads.methods.base import NoAdaptation
 from workloads.methods.registry import register_method
 

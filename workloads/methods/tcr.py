@@ -1,4 +1,5 @@
-"""TCR (Li et al. 2025, ICLR) for retrieval, as vtr_tta ports it (vtr_tta_study s1.8). lr 3e-4 in both directions.
+"""TCR (Li et al. 2025, ICLR) for retrieval, as vtr_tta ports it (docs/faithfulness.md: TCR). lr 3e-4 in both
+directions.
 
 Per step, with q = query features [B, D] and g_all = gallery features [G, D] (see the modes below):
 1. nearest neighbours nn_i = argmax_j S_ij on the cosine scores; g_i = g_all[nn_i];
@@ -38,25 +39,18 @@ from workloads.methods._memory import (
     modality_gap,
     noise_robust_entropy,
     pair_entropy,
-    require,
 )
-from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod, check_option_values
+from workloads.methods.base import ForwardOutput, QueryBatch, TTAMethod
+from workloads.options import Option
 from workloads.methods.registry import register_method
 
 
 @register_method("tcr", order=5)
 class TCR(TTAMethod):
+    corrected = "L2-normalised video features, as the official TCR"
     lr = {"v2t": 3e-4, "t2v": 3e-4}
-    OPTIONS = {"queue_size": (int, 16), "update_batches": (int, 10), "select_ratio": (float, 0.3),
-               "t": (float, 0.1)}
-
-    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        o = check_option_values(self.name, options, self.OPTIONS)
-        require(o["queue_size"] >= 1, self.name, f"queue_size must be >= 1, got {o['queue_size']}")
-        require(o["update_batches"] >= 0, self.name, f"update_batches must be >= 0, got {o['update_batches']}")
-        require(0 < o["select_ratio"] <= 1, self.name, f"select_ratio must be in (0, 1], got {o['select_ratio']}")
-        require(o["t"] > 0, self.name, f"t must be > 0, got {o['t']}")
-        return o
+    OPTIONS = {"queue_size": Option(int, 16, min=1), "update_batches": Option(int, 10, min=0),
+               "select_ratio": Option(float, 0.3, above=0, max=1), "t": Option(float, 0.1, above=0)}
 
     def reset_memory(self) -> None:
         self.queue = PairMemory(self.options["queue_size"], keep="smallest")

@@ -1,4 +1,5 @@
-"""Tent (Wang et al. 2021) for retrieval (s1.4): minimise the mean row entropy of softmax(S / 0.02) over the whole
+"""Tent (Wang et al. 2021) for retrieval (docs/faithfulness.md: Tent): minimise the mean row entropy of softmax(S /
+0.02) over the whole
 gallery, for every query of the batch (no filtering). lr 3e-5 in both directions."""
 import torch
 
