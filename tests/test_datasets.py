@@ -1,4 +1,5 @@
-"""Loaders of the real datasets' annotation files (vtr_tta_study s5), on tiny fixture files written here."""
+"""Loaders of the real datasets' annotation files (docs/faithfulness.md: Datasets), on tiny fixture files written
+here."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""All seven TTA methods, both directions, both backbones, from one grid through Ray Tune (issue #4)."""
+"""All seven TTA methods, both directions, both backbones, from one grid through Ray Tune."""
 import pyarrow.parquet as pq
 import pytest
 

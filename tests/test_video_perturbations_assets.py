@@ -1,4 +1,5 @@
-"""main_object_occlusion, style_transfer and event_insertion: with and without their assets (vtr_tta_study s2.9-2.11).
+"""main_object_occlusion, style_transfer and event_insertion: with and without their assets (docs/faithfulness.md:
+Main-object occlusion to Event insertion).
 
 Every model here is created by the test itself (random-init or hand-built AdaIN weights saved in the authors'
 state-dict format); videos are small synthetic clips.

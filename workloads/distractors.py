@@ -1,4 +1,4 @@
-"""Choosing event-insertion distractors (vtr_tta_study s2.11).
+"""Choosing event-insertion distractors (docs/faithfulness.md: Event insertion).
 
 The reference embeds a pool of 2K MSRVTT-train videos with zero-shot CLIP (12 uniform frames, mean of UNnormalised
 frame embeddings), embeds each query's VLM caption (unnormalised text features), and inserts the pool video with the

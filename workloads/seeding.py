@@ -1,6 +1,7 @@
 """Deterministic seeds and content digests.
 
-The reference generates perturbations unseeded (vtr_tta_study s2.0); we derive every random stream from a hash of what
+The reference generates perturbations unseeded (docs/faithfulness.md: Common pipeline); we derive every random stream
+from a hash of what
 it belongs to, so the same (dataset, video, perturbation, severity, grid seed) always renders the same bytes, on any
 machine and in any worker order.
 """

@@ -1,8 +1,9 @@
-"""CLIP4Clip mean pooling (vtr_tta_study s4.2): the video embedding is the mean of its frame embeddings.
+"""CLIP4Clip mean pooling (docs/faithfulness.md: Backbones and checkpoints): the video embedding is the mean of its
+frame embeddings.
 
 As in the reference this is the X-Pool-codebase "clip_baseline" with pooling_type "avg", not ArrowLuo's release.
 Whether frames are L2-normalised before averaging is the caller's choice: the training/eval path normalises them,
-the reference's TTA harness averages unnormalised features (s1.1, s8 item 11).
+the reference's TTA harness averages unnormalised features (docs/faithfulness.md: The online loop).
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Source fine-tuning: train a retrieval model on a dataset's clean train split (symmetric InfoNCE, as the X-Pool
-trainer, s4.1), evaluate clean test retrieval, and cache the checkpoint by a content hash of everything that
+trainer; docs/faithfulness.md: Backbones and checkpoints), evaluate clean test retrieval, and cache the checkpoint by a
+content hash of everything that
 determines it (config, data fingerprint, init weights, code version).
 
 This is how the embedded default gets a model without downloading one: `mlvp-tiny` trained for a few minutes on the

@@ -1,7 +1,8 @@
 """A video-text retrieval model: an open_clip CLIP (image tower applied per frame, text tower) plus a temporal
 pooling head (CLIP4Clip mean pooling or X-Pool text-conditioned attention pooling).
 
-Features are returned UNnormalised, as the reference's TTA harness consumes them (vtr_tta_study s1.1); callers
+Features are returned UNnormalised, as the reference's TTA harness consumes them (docs/faithfulness.md: The online
+loop); callers
 normalise where the method they implement does.
 """
 from __future__ import annotations
@@ -117,7 +118,7 @@ class VideoTextModel(nn.Module):
 
     # -- adaptation ---------------------------------------------------------------------------------------------
     def query_tower(self, direction: str) -> list[nn.Module]:
-        """Modules whose LayerNorms test-time adaptation updates (s1.1 item 4): the video tower for v2t (video
+        """Modules whose LayerNorms test-time adaptation updates: the video tower for v2t (video
         queries), the text tower for t2v. Projections, the pooling head and logit_scale are never adapted."""
         if direction == "v2t":
             return [self.clip.visual]

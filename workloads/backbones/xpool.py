@@ -1,4 +1,4 @@
-"""X-Pool text-conditioned attention pooling (Gorti et al. 2022; vtr_tta_study s4.3).
+"""X-Pool text-conditioned attention pooling (Gorti et al. 2022; docs/faithfulness.md: Backbones and checkpoints).
 
 For every (video, text) pair the text attends over the video's frames:
   1. a shared LayerNorm1 on text t [Nt, D] and frames f [Nv, T, D];
@@ -6,7 +6,7 @@ For every (video, text) pair the text attends over the video's frames:
   3. attention over the T frames of (k . q) / sqrt(head_dim);
   4. o = Wo(sum a v) -> LayerNorm2 -> o + Dropout(Wlin o) -> LayerNorm3.
 Output [Nv, Nt, D]: one pooled video embedding per (video, text) pair. Its LayerNorms live outside the CLIP towers,
-so test-time adaptation never touches them (s1.1 item 4).
+so test-time adaptation never touches them (docs/faithfulness.md: The online loop).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The 12 MLVP video perturbations x 5 severities (seed 000 s3 / appendix E; vtr_tta_study s2).
+"""The 12 MLVP video perturbations x 5 severities (docs/faithfulness.md: Video perturbations).
 
     apply(name, video, severity, seed=0, num_frames=12, **assets) -> uint8 [num_frames, H, W, 3]
     render(...)      -> Rendered(frames, meta)      (meta["faithful"] says whether real assets were used)

@@ -49,7 +49,7 @@ class ClipContext:
 
     @property
     def sampled(self) -> np.ndarray:
-        """The `num_frames` frames picked by the uniform rule (s2.0)."""
+        """The `num_frames` frames picked by the uniform rule (docs/faithfulness.md: Common pipeline)."""
         return self.memo("sampled", lambda: np.ascontiguousarray(self.video[self.indices]))
 
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
@@ -131,5 +131,5 @@ def to_float(frames: np.ndarray) -> np.ndarray:
 
 
 def to_uint8(x: np.ndarray) -> np.ndarray:
-    """float in [0, 1] -> uint8 by truncation `(y * 255).astype(uint8)`, as the reference does (s2.0)."""
+    """float in [0, 1] -> uint8 by truncation `(y * 255).astype(uint8)`, as the reference does."""
     return (np.clip(x, 0.0, 1.0) * 255).astype(np.uint8)

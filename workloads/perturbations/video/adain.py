@@ -1,4 +1,5 @@
-"""AdaIN style transfer (Huang & Belongie 2017) exactly as naoto0804/pytorch-AdaIN builds it (vtr_tta_study s2.10).
+"""AdaIN style transfer (Huang & Belongie 2017) exactly as naoto0804/pytorch-AdaIN builds it (docs/faithfulness.md:
+Style transfer).
 
 The networks are the authors' `nn.Sequential`s, so their published state dicts load unchanged:
 

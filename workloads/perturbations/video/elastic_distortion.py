@@ -1,4 +1,5 @@
-"""Elastic distortion (s2.5): ONE affine warp and ONE displacement field per clip, applied to every sampled frame.
+"""Elastic distortion (docs/faithfulness.md: Elastic distortion): ONE affine warp and ONE displacement field per clip,
+applied to every sampled frame.
 
 (alpha, sigma, affine magnitude), base 244 (ImageNet-C's constant):
 1 (488, 170.8, 24.4); 2 (488, 19.52, 48.8); 3 (12.2, 2.44, 4.88); 4 (17.08, 2.44, 4.88); 5 (29.28, 2.44, 4.88)
@@ -79,7 +80,7 @@ def bilinear_plan(dy: np.ndarray, dx: np.ndarray):
 
 @register("elastic_distortion", order=4, level="low")
 def elastic_distortion(ctx: ClipContext, severity: int, rng: np.random.Generator):
-    """One affine warp + one smooth displacement field per clip, applied to every frame (s2.5)."""
+    """One affine warp + one smooth displacement field per clip, applied to every frame."""
     alpha, sigma, mag = PARAMS[severity - 1]
     frames = ctx.sampled
     t, h, w, c = frames.shape

@@ -1,4 +1,5 @@
-"""Event insertion (vtr_tta_study s2.11): the TAIL of the clip is replaced by frames of a distractor video.
+"""Event insertion (docs/faithfulness.md: Event insertion): the TAIL of the clip is replaced by frames of a distractor
+video.
 
 ratio = {1: 0.30, 2: 0.40, 3: 0.50, 4: 0.60, 5: 0.70}; k_insert = max(1, min(T-1, round(T*ratio))) with Python's
 round, as the reference (4, 5, 6, 7, 8 for T = 12); keep_n = T - k_insert. Output = the first keep_n of the query's
@@ -245,7 +246,7 @@ def _prepare(*args, **kwargs) -> dict[str, dict[str, Any]]:
 @register("event_insertion", order=10, level="high", full_video=True,
           assets=AssetNeeds(("distractor_pool", "main_objects"), _assets_version, prepare=_prepare))
 def event_insertion(ctx: ClipContext, severity: int, rng: np.random.Generator):
-    """Replace the last 30..70% of the uniform frames with a distractor video's uniform frames (s2.11)."""
+    """Replace the last 30..70% of the uniform frames with a distractor video's uniform frames."""
     t = ctx.num_frames
     h, w = ctx.video.shape[1:3]
     keep_n, k = insert_counts(t, severity)

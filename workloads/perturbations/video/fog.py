@@ -1,4 +1,5 @@
-"""Fog (s2.3): ONE diamond-square plasma fractal per clip (map size = next power of two >= max(H, W), initial wibble
+"""Fog (docs/faithfulness.md: Fog): ONE diamond-square plasma fractal per clip (map size = next power of two >= max(H,
+W), initial wibble
 100 divided by `wibbledecay` each octave, normalised to [0, 1]), cropped to H x W, scaled by the intensity and added
 to every sampled frame; then per frame x' = (x + fog) * m / (m + intensity) with m = max(x) over the frame (1.0 for an
 all-black frame), clipped to [0, 1]. (intensity, wibbledecay) = [(1.5,2), (2,2), (2.5,1.7), (2.5,1.5), (3,1.4)].
@@ -48,7 +49,7 @@ def plasma_fractal(mapsize: int, wibbledecay: float, rng: np.random.Generator) -
 
 @register("fog", order=2, level="low")
 def fog(ctx: ClipContext, severity: int, rng: np.random.Generator):
-    """One plasma-fractal fog map per clip added to every frame, then per-frame max rescale (s2.3)."""
+    """One plasma-fractal fog map per clip added to every frame, then per-frame max rescale."""
     intensity, decay = PARAMS[severity - 1]
     frames = ctx.sampled
     h, w = frames.shape[1:3]

@@ -1,4 +1,5 @@
-"""Gaussian noise (s2.1): ONE static noise field N(0, c^2) of shape H x W x 3 per clip, added to every sampled frame.
+"""Gaussian noise (docs/faithfulness.md: Gaussian noise): ONE static noise field N(0, c^2) of shape H x W x 3 per clip,
+added to every sampled frame.
 
 c = [0.08, 0.12, 0.18, 0.26, 0.38] on the [0, 1] scale. The reference computes trunc(255 * clip(u/255 + n, 0, 1)) per
 frame in float; since u is an integer that equals clip(u + floor(255 n), 0, 255) exactly, so we turn the field into
@@ -25,7 +26,7 @@ def offsets(shape: tuple[int, int], std: float, rng: np.random.Generator) -> tup
 
 @register("gaussian_noise", order=0, level="low")
 def gaussian_noise(ctx: ClipContext, severity: int, rng: np.random.Generator):
-    """One static N(0, c^2) field per clip added to every frame (s2.1)."""
+    """One static N(0, c^2) field per clip added to every frame (docs/faithfulness.md: Gaussian noise)."""
     std = STDS[severity - 1]
     frames = ctx.sampled
     add, sub = offsets(frames.shape[1:3], std, rng)

@@ -1,4 +1,5 @@
-"""Impulse (salt-and-pepper) noise (s2.2): ONE uniform mask u ~ U[0,1)^(H x W) per clip; pixels with u >= 1 - c/2
+"""Impulse (salt-and-pepper) noise (docs/faithfulness.md: Impulse noise): ONE uniform mask u ~ U[0,1)^(H x W) per clip;
+pixels with u >= 1 - c/2
 become white on all 3 channels, u < c/2 black, on every sampled frame. c = [0.03, 0.06, 0.09, 0.17, 0.27].
 (The reference's float round trip u/255*255 is exact for all 256 values, so the untouched pixels keep their bytes.)
 """
@@ -13,7 +14,7 @@ AMOUNTS = (0.03, 0.06, 0.09, 0.17, 0.27)
 
 @register("impulse_noise", order=1, level="low")
 def impulse_noise(ctx: ClipContext, severity: int, rng: np.random.Generator):
-    """One pixel-wise salt/pepper mask per clip, applied to every frame (s2.2)."""
+    """One pixel-wise salt/pepper mask per clip, applied to every frame (docs/faithfulness.md: Impulse noise)."""
     amount = AMOUNTS[severity - 1]
     frames = ctx.sampled
     h, w = frames.shape[1:3]

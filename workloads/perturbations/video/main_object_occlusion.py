@@ -1,4 +1,5 @@
-"""Main-object occlusion (vtr_tta_study s2.9): a black patch of area ratio r of the main object's box, per frame.
+"""Main-object occlusion (docs/faithfulness.md: Main-object occlusion): a black patch of area ratio r of the main
+object's box, per frame.
 
 Assets:
 - `main_objects`: the authors' boxes JSON (path) or the already loaded dict, schema
@@ -236,7 +237,7 @@ def _assets_version(paths: Mapping[str, str | None], context: Mapping[str, str])
 
 @register("main_object_occlusion", order=8, level="mid", assets=AssetNeeds(("main_objects",), _assets_version))
 def main_object_occlusion(ctx: ClipContext, severity: int, rng: np.random.Generator):
-    """Black patch of area ratio 0.30..0.80 of the main object's box, re-drawn per frame (s2.9)."""
+    """Black patch of area ratio 0.30..0.80 of the main object's box, re-drawn per frame."""
     source = ctx.assets.get("main_objects")
     meta: dict[str, Any] = {"area_ratio": AREA_RATIOS[severity - 1]}
     if source is not None:

@@ -1,4 +1,5 @@
-"""Snow (s2.4), temporally consistent: ONE tall snow curtain per clip that falls 3 px per sampled frame.
+"""Snow (docs/faithfulness.md: Snow), temporally consistent: ONE tall snow curtain per clip that falls 3 px per sampled
+frame.
 
 Per severity (loc, scale, zoom, threshold, blur radius, blur sigma, blend) =
 1 (0.1,0.3,3,0.5,10,4,0.8); 2 (0.2,0.3,2,0.5,12,4,0.7); 3 (0.55,0.3,4,0.9,12,8,0.7); 4 (0.55,0.3,4.5,0.85,12,8,0.65);
@@ -55,7 +56,7 @@ def snow_curtain(height: int, width: int, severity: int, rng: np.random.Generato
 
 @register("snow", order=3, level="low")
 def snow(ctx: ClipContext, severity: int, rng: np.random.Generator):
-    """One falling snow curtain per clip (3 px per sampled frame), one blur angle per clip (s2.4)."""
+    """One falling snow curtain per clip (3 px per sampled frame), one blur angle per clip."""
     blend = PARAMS[severity - 1][6]
     frames = ctx.sampled
     t, h, w, _ = frames.shape

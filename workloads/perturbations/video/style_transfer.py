@@ -1,4 +1,5 @@
-"""Style transfer (high-level; vtr_tta_study s2.10): AdaIN with ONE style image per clip, alpha by severity.
+"""Style transfer (high-level; docs/faithfulness.md: Style transfer): AdaIN with ONE style image per clip, alpha by
+severity.
 
 Assets (all optional; any given must be valid, a bad path is an error, never a silent fallback):
 - `adain_vgg`, `adain_decoder`: paths to pytorch-AdaIN's `vgg_normalised.pth` and `decoder.pth` (give both);
@@ -258,7 +259,7 @@ def _assets_version(paths: Mapping[str, str | None], context: Mapping[str, str])
 @register("style_transfer", order=9, level="high",
           assets=AssetNeeds(("adain_vgg", "adain_decoder", "style_images"), _assets_version))
 def style_transfer(ctx: ClipContext, severity: int, rng: np.random.Generator):
-    """AdaIN style transfer with one style per clip; alpha 0.2..1.0 (s2.10). Proxy without weights."""
+    """AdaIN style transfer with one style per clip; alpha 0.2..1.0. Proxy without weights."""
     alpha = ALPHAS[severity - 1]
     weights = _adain_assets(ctx)
     # one style per clip: with a clip seed every severity draws the same style (and shares its encoding)

@@ -1,4 +1,5 @@
-"""Temporal scrambling (s2.12): trim, chunk, reorder and sample frame INDICES of the full clip; pixels are untouched.
+"""Temporal scrambling (docs/faithfulness.md: Temporal scrambling): trim, chunk, reorder and sample frame INDICES of
+the full clip; pixels are untouched.
 
 trim ratio = [0.60, 0.70, 0.80, 0.90, 0.95] of the clip's frames, split between head and tail by U{0..n_trim}.
 The middle range is split into n_chunks = min(T, len_mid) contiguous chunks (np.array_split). Reordering: severity 1
@@ -54,7 +55,7 @@ def scrambled_indices(n: int, num_frames: int, severity: int, rng: np.random.Gen
 
 @register("temporal_scrambling", order=11, level="high", full_video=True)
 def temporal_scrambling(ctx: ClipContext, severity: int, rng: np.random.Generator):
-    """Trim head/tail, scramble chunks of the middle, sample T frames from it (s2.12)."""
+    """Trim head/tail, scramble chunks of the middle, sample T frames from it."""
     idx, info = scrambled_indices(len(ctx.video), ctx.num_frames, severity, rng)
     meta = {"faithful": True, "frame_indices": [int(i) for i in idx], **info}
     return ctx.video[idx], meta
