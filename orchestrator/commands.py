@@ -4,12 +4,14 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from rich.console import Console
+from rich.markup import escape
+
 
 from orchestrator.grid import load_grid
 from orchestrator.ledger import TrialLedger
 from orchestrator.plan import Paths, build_plan
 from orchestrator.submit import SubmitOptions, print_plan, select_trials, submit
+from orchestrator.submit import make_console
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -50,7 +52,7 @@ def cmd_plan(args) -> int:
     grid = load_grid(args.grid)
     plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
     todo, status = select_trials(plan, TrialLedger(plan.paths.ledger), False, False)
-    console = Console(highlight=False)
+    console = make_console()
     print_plan(plan, status, todo, console)
     by = Counter((t.dataset, t.direction, t.backbone, t.method) for t in plan.trials)
     for (ds, d, b, m), n in sorted(by.items()):
@@ -62,7 +64,7 @@ def cmd_status(args) -> int:
     grid = load_grid(args.grid)
     plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
     ledger = TrialLedger(plan.paths.ledger)
-    console = Console(highlight=False)
+    console = make_console()
     entries = {t.key: ledger.get(t.key) for t in plan.trials}
     counts = Counter("missing" if e is None else e["status"] for e in entries.values())
     console.print(f"{grid.name}: {len(plan.trials)} cells: {counts.get('ok', 0)} done, {counts.get('failed', 0)} "
@@ -70,7 +72,7 @@ def cmd_status(args) -> int:
     failed = [(t, entries[t.key]) for t in plan.trials if entries[t.key] and entries[t.key]["status"] == "failed"]
     for t, e in failed if args.all else failed[:20]:
         first_line = ((e.get("error") or "no error recorded").splitlines() or [""])[0]
-        console.print(f"  [red]failed[/] {t.label} [{t.key[:10]}]: {first_line}")
+        console.print(f"  [red]failed[/] {escape(t.label)} {escape('[' + t.key[:10] + ']')}: {escape(first_line)}")
     if len(failed) > 20 and not args.all:
         console.print(f"  ... {len(failed) - 20} more (--all)")
     if counts.get("failed") or counts.get("missing"):
@@ -79,23 +81,23 @@ def cmd_status(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from orchestrator.results import qs_tables, to_markdown, write_tables
-    from workloads.perturbations.video import NAMES as PERTS
+    from orchestrator.results import scenario_tables, to_markdown, write_tables
 
     grid = load_grid(args.grid)
     plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
     entries = TrialLedger(plan.paths.ledger).entries(t.key for t in plan.trials)
-    files = write_tables(entries, plan.paths.grid_dir(grid.name), list(PERTS), grid.methods, grid.backbones)
+    files = write_tables(entries, plan.paths.grid_dir(grid.name), grid)
     import pyarrow.parquet as pq
 
     df = pq.read_table(files[0]).to_pandas()
     if args.metric not in df.columns:
-        raise ValueError(f"unknown metric {args.metric!r}; columns: {', '.join(c for c in df.columns if c[0].isupper() or c.startswith('hub_'))}")
-    console = Console(highlight=False)
+        metrics = [c for c in df.columns if c[0].isupper() or c.startswith("hub_")]
+        raise ValueError(f"unknown metric {args.metric!r}; metrics: {', '.join(metrics)}")
+    console = make_console()
     console.print(f"{len(entries)}/{len(plan.trials)} cells in the ledger")
-    if len(df):
-        for (ds, d, sev), t in qs_tables(df, args.metric, list(PERTS), grid.methods, grid.backbones).items():
-            console.print(f"\n{args.metric}: {ds} {d} severity {sev}\n{to_markdown(t, 2)}")
+    for tables in scenario_tables(grid, df, args.metric).values():
+        for t in tables:
+            console.print(f"\n{t.title}\n{to_markdown(t.frame, t.digits)}")
     for f in files:
         console.print(f"wrote {f}")
     return 0
@@ -116,7 +118,7 @@ def cmd_render(args) -> int:
 
     grid = load_grid(args.grid)
     plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
-    console = Console(highlight=False)
+    console = make_console()
     ray_env.start_ray(args.address, args.num_cpus, dashboard=False)
     try:
         # event insertion chooses distractors with the grid's CLIP, so its checkpoints must exist

@@ -25,25 +25,38 @@ class GridError(ValueError):
 def known_datasets() -> list[str]:
     from workloads.datasets import DATASETS
 
-    return sorted(DATASETS)
+    return list(DATASETS.names())
 
 
 def known_backbones() -> list[str]:
     from workloads.backbones import BACKBONES
 
-    return sorted(BACKBONES)
+    return list(BACKBONES.names())
 
 
 def known_methods() -> list[str]:
-    from workloads.methods import NAMES
+    from workloads.methods import METHODS
 
-    return list(NAMES)
+    return list(METHODS.names())
 
 
 def known_video_perturbations() -> list[str]:
-    from workloads.perturbations.video import NAMES
+    from workloads.perturbations.video import VIDEO_PERTURBATIONS
 
-    return list(NAMES)
+    return list(VIDEO_PERTURBATIONS.names())
+
+
+def scenario_classes() -> dict[str, type]:
+    from orchestrator.scenarios import SCENARIOS
+
+    return {name: SCENARIOS.lookup(name) for name in SCENARIOS.names()}
+
+
+def opt(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, **rule: Any):
+    """A grid field with its range: opt(16, min=1), opt(0.0, min=0), opt("auto", choices=("fp32", ...)). The rule
+    (workloads.options.Option's min / max / above / choices) is checked when the grid loads."""
+    kw = {"default": default} if factory is dataclasses.MISSING else {"default_factory": factory}
+    return field(metadata={"rule": rule}, **kw)
 
 
 # -- the schema ------------------------------------------------------------------------------------------------
@@ -74,32 +87,37 @@ class AssetsSpec:
 @dataclass
 class FinetuneSpec:
     """Source fine-tuning for checkpoints the grid does not supply (the embedded default trains mlvp-tiny)."""
-    steps: int = 500
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 0.2
-    train_frames: int = 16                   # frames decoded per train video (uniform rule)
-    frames_per_clip: int = 4                 # of those, random frames per clip per training step
-    precision: str = "auto"                  # fp32 | bf16 | auto (bf16 where the device has it natively)
+    steps: int = opt(500, min=1)
+    batch_size: int = opt(64, min=2)         # contrastive: a batch of one has no negatives
+    lr: float = opt(1e-3, above=0)
+    weight_decay: float = opt(0.2, min=0)
+    train_frames: int = opt(16, min=1)       # frames decoded per train video (uniform rule)
+    frames_per_clip: int = opt(4, min=1)     # of those, random frames per clip per training step
+    precision: str = opt("auto", choices=("fp32", "bf16", "auto"))   # auto: bf16 where the device has it natively
     xpool_init_from_clip4clip: bool = True   # start X-Pool from the fine-tuned mean-pooling model (faster)
-    xpool_steps: int | None = 150            # steps for X-Pool when initialised from clip4clip (None: steps)
+    xpool_steps: int | None = opt(150, min=1)  # steps for X-Pool when initialised from clip4clip (None: steps)
+
+
+@dataclass
+class PretrainSpec:
+    """Image-text pretraining of the zero-shot CLIP for the embedded default (real grids give models.pretrained):
+    single frames of a generated dataset with its own caption style, never the video retrieval fine-tune."""
+    dataset: str = "synthetic_c"
+    options: dict[str, Any] = field(default_factory=dict)   # options of that generated dataset
+    steps: int = opt(400, min=1)
+    batch_size: int = opt(128, min=2)
+    lr: float = opt(1e-3, above=0)
+    weight_decay: float = opt(0.2, min=0)
+    precision: str = opt("auto", choices=("fp32", "bf16", "auto"))
 
 
 @dataclass
 class ModelsSpec:
     clip_model: str = "mlvp-tiny"            # open_clip config name (mlvp-tiny, mlvp-micro, ViT-B-32, ...)
-    pretrained: str | None = None            # open_clip weights to start from (local file); None: random init
+    pretrained: str | None = None            # CLIP weights (local file): fine-tuning start and zero-shot model
     checkpoints: dict[str, dict[str, str]] = field(default_factory=dict)  # backbone -> dataset -> checkpoint
     finetune: FinetuneSpec = field(default_factory=FinetuneSpec)
-
-
-@dataclass
-class QueryShiftSpec:
-    datasets: list[str] = field(default_factory=list)
-    directions: list[str] = field(default_factory=lambda: ["v2t"])
-    perturbations: list[str] = field(default_factory=list)   # video perturbations: they shift v2t queries
-    severities: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
-    clean: bool = True                       # add the unperturbed reference row
+    zero_shot_pretrain: PretrainSpec | None = None   # without `pretrained`: pretrain the zero-shot CLIP here
 
 
 @dataclass
@@ -112,17 +130,17 @@ class VariantSpec:
 
 @dataclass
 class RuntimeSpec:
-    batch_size: int = 16
-    steps: int = 3
-    num_frames: int = 12
-    resolution: int | None = None            # None: the model's input size
-    precision: str = "fp32"                  # trial compute: fp32 | bf16
-    hub_k: int = 10
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float = 0.0              # fractions pack several trials on one GPU
-    max_failures: int = 1                    # Tune retries of a trial that crashed its worker
-    max_concurrent_trials: int | None = None
-    render_actors: int | None = None         # Ray Data actor pool size (None: one per CPU)
+    batch_size: int = opt(16, min=1)
+    steps: int = opt(3, min=1)
+    num_frames: int = opt(12, min=1)
+    resolution: int | None = opt(None, min=16)    # None: the model's input size
+    precision: str = opt("fp32", choices=("fp32", "bf16"))   # trial compute
+    hub_k: int = opt(10, min=1)              # at most the gallery size (checked by the plan)
+    cpus_per_trial: float = opt(1.0, above=0)
+    gpus_per_trial: float = opt(0.0, min=0)  # fractions pack several trials on one GPU
+    max_failures: int = opt(1, min=0)        # Tune retries of a trial that crashed its worker
+    max_concurrent_trials: int | None = opt(None, min=1)
+    render_actors: int | None = opt(None, min=1)   # Ray Data actor pool size (None: one per CPU)
     save_scores: bool = True                 # keep each trial's score matrix (fp16) for re-analysis
 
 
@@ -132,16 +150,23 @@ class GridSpec:
     datasets: dict[str, DatasetEntry]
     backbones: list[str]
     methods: list[str]
-    query_shift: QueryShiftSpec
     description: str = ""
-    seed: int = 0
+    seed: int = opt(0, min=0)
     faithful: bool = True
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     variants: dict[str, VariantSpec] = field(default_factory=dict)
     models: ModelsSpec = field(default_factory=ModelsSpec)
     assets: AssetsSpec = field(default_factory=AssetsSpec)
     runtime: RuntimeSpec = field(default_factory=RuntimeSpec)
+    # the scenario sections present (query_shift, query_gallery_shift.cross_dataset, ...), in registry order
+    scenarios: dict[str, Any] = field(default_factory=dict)
     source: str = ""                         # the file it came from (set by load_grid)
+
+    @property
+    def query_shift(self):
+        """The query-shift section's config (None when the grid has none)."""
+        qs = self.scenarios.get("query_shift")
+        return qs.config if qs is not None else None
 
 
 # -- generic validation ----------------------------------------------------------------------------------------
@@ -218,50 +243,138 @@ def _build(cls: type, data: Any, where: str):
     if not isinstance(data, dict):
         raise GridError(f"{where or 'grid'}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
-    flds = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
+    flds = {f.name: f for f in dataclasses.fields(cls) if f.name not in ("source", "scenarios")}
     unknown = [k for k in data if k not in flds]
     if unknown:
-        raise GridError(f"{_join(where, unknown[0])}: unknown key; allowed keys: {', '.join(flds)}")
+        raise GridError(f"{_join(where, unknown[0])}: unknown key{did_you_mean(unknown[0], flds)}; allowed keys: "
+                        f"{', '.join(flds)}")
     kwargs = {}
     for name, f in flds.items():
         if name in data:
-            kwargs[name] = _convert(data[name], hints[name], _join(where, name))
+            value = _convert(data[name], hints[name], _join(where, name))
+            rule = f.metadata.get("rule")
+            if rule and value is not None:
+                _check_rule(_join(where, name), value, rule)
+            kwargs[name] = value
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise GridError(f"{_join(where, name)}: required key is missing")
     return cls(**kwargs)
+
+
+def _check_rule(where: str, value: Any, rule: dict[str, Any]) -> None:
+    from workloads.options import Option, OptionError
+
+    try:
+        Option(type(value), **rule).check(where, value)
+    except OptionError as err:
+        raise GridError(str(err)) from None
+
+
+def did_you_mean(word: str, candidates) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
-def _check_names(where: str, values: list, allowed: list, what: str) -> None:
+def check_names(where: str, values: list, allowed: list, what: str) -> None:
+    """Every value is one of `allowed` and none repeats; else a one-line GridError with a did-you-mean."""
     for i, v in enumerate(values):
         if v not in allowed:
-            raise GridError(f"{where}[{i}]: unknown {what} {v!r}; allowed: {', '.join(map(str, allowed))}")
-    dupes = sorted({v for v in values if values.count(v) > 1})
+            raise GridError(f"{where}[{i}]: unknown {what} {v!r}{did_you_mean(v, allowed)}; allowed: "
+                            f"{', '.join(map(str, allowed))}")
+    dupes = sorted({v for v in values if values.count(v) > 1}, key=str)
     if dupes:
         raise GridError(f"{where}: duplicate {what} {dupes[0]!r}")
 
 
 def _check_choice(where: str, value: Any, allowed: list) -> None:
     if value not in allowed:
-        raise GridError(f"{where}: {value!r} is not allowed; allowed: {', '.join(map(str, allowed))}")
+        raise GridError(f"{where}: {value!r} is not allowed{did_you_mean(value, allowed)}; allowed: "
+                        f"{', '.join(map(str, allowed))}")
+
+
+# -- scenario sections ------------------------------------------------------------------------------------------
+def _sections() -> dict[str, dict[str | None, type]]:
+    """Grid key -> {child key (None for a single-scenario section): scenario class}, from the scenario registry."""
+    out: dict[str, dict[str | None, type]] = {}
+    for cls in scenario_classes().values():
+        root, _, child = cls.section.partition(".")
+        out.setdefault(root, {})[child or None] = cls
+    return out
+
+
+def _build_scenarios(data: dict, sections: dict[str, dict[str | None, type]]) -> dict[str, Any]:
+    """Scenario instances for the sections present. A grouped section (query_gallery_shift) holds one sub-mapping
+    per scenario plus shared keys that apply to every scenario of the group that takes them (directions)."""
+    built: dict[str, Any] = {}
+    for root, children in sections.items():
+        if root not in data:
+            continue
+        if None in children:
+            cls = children[None]
+            built[cls.name] = cls(_build(cls.Config, data[root], root))
+            continue
+        section = data[root] or {}
+        if not isinstance(section, dict):
+            raise GridError(f"{root}: expected a mapping, got {section!r}")
+        fields_of = {c: {f.name for f in dataclasses.fields(cls.Config)} for c, cls in children.items()}
+        shared_ok = set().union(*fields_of.values())
+        for key in section:
+            if key not in children and key not in shared_ok:
+                allowed = [*children, *sorted(shared_ok)]
+                raise GridError(f"{root}.{key}: unknown key{did_you_mean(key, allowed)}; allowed keys: "
+                                f"{', '.join(allowed)}")
+        present = [c for c in children if c in section]
+        if not present:
+            raise GridError(f"{root}: name at least one of {', '.join(children)}")
+        shared = {k: v for k, v in section.items() if k not in children}
+        for child in present:
+            cls = children[child]
+            own = section[child] or {}
+            if not isinstance(own, dict):
+                raise GridError(f"{root}.{child}: expected a mapping, got {own!r}")
+            merged = {**{k: v for k, v in shared.items() if k in fields_of[child]}, **own}
+            built[cls.name] = cls(_build(cls.Config, merged, f"{root}.{child}"))
+    order = list(scenario_classes())
+    return dict(sorted(built.items(), key=lambda kv: order.index(kv[0])))
+
+
+def _build_grid(data: Any) -> GridSpec:
+    if not isinstance(data, dict):
+        raise GridError(f"grid: expected a mapping of keys (name, datasets, ...), got {data!r}")
+    sections = _sections()
+    static = [f.name for f in dataclasses.fields(GridSpec) if f.name not in ("source", "scenarios")]
+    unknown = [k for k in data if k not in static and k not in sections]
+    if unknown:
+        allowed = [*static, *sections]
+        raise GridError(f"{unknown[0]}: unknown key{did_you_mean(unknown[0], allowed)}; allowed keys: "
+                        f"{', '.join(allowed)}")
+    grid = _build(GridSpec, {k: v for k, v in data.items() if k in static}, "")
+    grid.scenarios = _build_scenarios(data, sections)
+    if not grid.scenarios:
+        raise GridError(f"grid: no scenario: add one of {', '.join(sections)}")
+    return grid
 
 
 def validate(grid: GridSpec) -> GridSpec:
-    """Name and range checks that need the registries."""
+    """Name and range checks that need the registries or several keys at once."""
     if not grid.name or not all(c.isalnum() or c in "-_." for c in grid.name):
         raise GridError(f"name: {grid.name!r} must be non-empty letters, digits, '-', '_' or '.' (it names a folder)")
-    _check_names("datasets", list(grid.datasets), known_datasets(), "dataset")
-    _check_names("backbones", grid.backbones, known_backbones(), "backbone")
+    check_names("datasets", list(grid.datasets), known_datasets(), "dataset")
+    check_names("backbones", grid.backbones, known_backbones(), "backbone")
     methods = known_methods()
     for name, v in grid.variants.items():
         if name in methods:
             raise GridError(f"variants.{name}: a variant cannot take a method's name; methods: {', '.join(methods)}")
         _check_choice(f"variants.{name}.method", v.method, methods)
-        _check_method_options(f"variants.{name}.options", v.method, v.options)
-    _check_names("methods", grid.methods, methods + list(grid.variants), "method or variant")
+        _check_method_options(f"variants.{name}.options", v.method, v.options,
+                              grid.faithful if v.faithful is None else v.faithful)
+    check_names("methods", grid.methods, methods + list(grid.variants), "method or variant")
     if not grid.backbones:
         raise GridError("backbones: list at least one backbone")
     if not grid.methods:
@@ -270,42 +383,20 @@ def validate(grid: GridSpec) -> GridSpec:
         if m not in grid.methods or m in grid.variants:
             raise GridError(f"method_options.{m}: not a method of this grid (variants carry their own options); "
                             f"grid methods: {', '.join(grid.methods)}")
-        _check_method_options(f"method_options.{m}", m, options)
-    qs = grid.query_shift
-    _check_names("query_shift.datasets", qs.datasets, list(grid.datasets), "dataset (declare it under datasets:)")
-    _check_names("query_shift.directions", qs.directions, ["v2t", "t2v"], "direction")
-    _check_names("query_shift.perturbations", qs.perturbations, known_video_perturbations(), "video perturbation")
-    _check_names("query_shift.severities", qs.severities, [1, 2, 3, 4, 5], "severity")
-    if qs.directions == ["t2v"] and qs.perturbations:
-        raise GridError("query_shift.perturbations: video perturbations shift video queries (v2t); t2v queries are "
-                        "text, and text perturbations are not implemented yet: add v2t to directions or list no "
-                        "perturbations")
-    if "t2v" in qs.directions and not qs.clean:
-        raise GridError("query_shift.clean: t2v runs only the clean cell so far (no text perturbations yet): set "
-                        "clean: true or drop t2v")
-    if not qs.datasets:
-        raise GridError("query_shift.datasets: list at least one dataset")
-    if not qs.perturbations and not qs.clean:
-        raise GridError("query_shift: no cells: list perturbations or set clean: true")
-    if qs.perturbations and not qs.severities:
-        raise GridError("query_shift.severities: list at least one severity for the perturbations")
-    rt = grid.runtime
-    _check_choice("runtime.precision", rt.precision, ["fp32", "bf16"])
+        _check_method_options(f"method_options.{m}", m, options, grid.faithful)
+    for scenario in grid.scenarios.values():
+        scenario.check(grid)
     ft = grid.models.finetune
-    _check_choice("models.finetune.precision", ft.precision, ["fp32", "bf16", "auto"])
-    if not 1 <= ft.frames_per_clip <= ft.train_frames:
+    if ft.frames_per_clip > ft.train_frames:
         raise GridError(f"models.finetune.frames_per_clip: must be between 1 and train_frames ({ft.train_frames}), "
                         f"got {ft.frames_per_clip}")
-    for key in ("batch_size", "steps", "num_frames", "hub_k"):
-        if getattr(rt, key) < 1:
-            raise GridError(f"runtime.{key}: must be >= 1, got {getattr(rt, key)}")
-    if rt.cpus_per_trial <= 0 or rt.gpus_per_trial < 0:
-        raise GridError(f"runtime: cpus_per_trial must be > 0 and gpus_per_trial >= 0, got "
-                        f"{rt.cpus_per_trial} / {rt.gpus_per_trial}")
+    pre = grid.models.zero_shot_pretrain
+    if pre is not None:
+        _check_choice("models.zero_shot_pretrain.dataset", pre.dataset, known_datasets())
     for backbone, by_ds in grid.models.checkpoints.items():
-        _check_names("models.checkpoints", [backbone], grid.backbones, "backbone of this grid")
+        check_names("models.checkpoints", [backbone], grid.backbones, "backbone of this grid")
         for ds, path in by_ds.items():
-            _check_names(f"models.checkpoints.{backbone}", [ds], list(grid.datasets), "dataset of this grid")
+            check_names(f"models.checkpoints.{backbone}", [ds], list(grid.datasets), "dataset of this grid")
             if not Path(path).expanduser().is_file():
                 raise GridError(f"models.checkpoints.{backbone}.{ds}: checkpoint file not found: {path}")
     if grid.models.pretrained is not None and not Path(grid.models.pretrained).expanduser().is_file():
@@ -325,11 +416,11 @@ def validate(grid: GridSpec) -> GridSpec:
     return grid
 
 
-def _check_method_options(where: str, method: str, options: dict[str, Any]) -> None:
+def _check_method_options(where: str, method: str, options: dict[str, Any], faithful: bool) -> None:
     from workloads.methods import METHODS
 
     try:
-        METHODS[method].validate_options(options)
+        METHODS.lookup(method).validate_options(options, faithful)
     except ValueError as err:
         raise GridError(f"{where}: {err}") from None
 
@@ -380,7 +471,7 @@ def _expand_paths(grid: GridSpec) -> None:
 
 def parse_grid(data: Any, source: str = "<grid>") -> GridSpec:
     try:
-        grid = _build(GridSpec, data, "")
+        grid = _build_grid(data)
         grid.source = source
         _expand_paths(grid)
         return validate(grid)
@@ -388,12 +479,31 @@ def parse_grid(data: Any, source: str = "<grid>") -> GridSpec:
         raise GridError(f"{source}: {err}") from None
 
 
+class _GridLoader(yaml.SafeLoader):
+    """YAML with duplicate keys refused (the last one would silently win)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise GridError(f"line {key_node.start_mark.line + 1}, column {key_node.start_mark.column + 1}: "
+                                f"duplicate key {key!r} (first at line {seen[key] + 1})")
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_grid(path: str | Path) -> GridSpec:
     p = Path(path)
     if not p.is_file():
         raise GridError(f"{path}: grid file not found")
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.load(p.read_text(), Loader=_GridLoader)
+    except GridError as err:
+        raise GridError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
-        raise GridError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise GridError(f"{path}: not valid YAML: {where}{problem}") from None
     return parse_grid(data, str(path))

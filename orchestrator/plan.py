@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections import defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from orchestrator.grid import GridSpec
+from orchestrator.grid import GridError, GridSpec
+from orchestrator.scenarios.base import PRETRAINED
 from workloads.spec import CLEAN, TrialSpec
 
 
@@ -91,32 +92,39 @@ class DatasetPlan:
 
 @dataclass
 class ModelPlan:
-    """One checkpoint: given as a file, or fine-tuned here."""
+    """One checkpoint: given as a file, fine-tuned here on a source dataset, or (zero-shot) CLIP weights never
+    fine-tuned for retrieval: a given CLIP file or an image-text model pretrained here."""
 
     backbone: str
-    dataset: str                  # the source dataset it is (to be) fine-tuned on
+    dataset: str                  # the source it stands for: a dataset name, or PRETRAINED
     clip_model: str
     given_path: str | None
-    finetune: object | None       # workloads.backbones.finetune.FinetuneConfig
+    finetune: object | None       # workloads.backbones.finetune.FinetuneConfig (None: given file)
+    train_dataset: str | None = None            # the dataset it is (to be) trained on
     init_from: tuple[str, str] | None = None   # (backbone, dataset) of the model whose CLIP it starts from
     version: str = ""
+    clip_only: bool = False       # only its CLIP weights are used; the pooling head starts at its initialisation
 
     def path(self, paths: Paths, data_version: str) -> Path:
         if self.given_path:
             return Path(self.given_path).expanduser().resolve()
         from workloads.backbones.finetune import checkpoint_path
 
-        return checkpoint_path(self.finetune, self.dataset, data_version, paths.models)
+        return checkpoint_path(self.finetune, self.train_dataset, data_version, paths.models)
+
+
+class PlanError(GridError):
+    """The grid is valid but cannot be planned (a checkpoint that can be neither found nor trained, ...)."""
 
 
 @dataclass
 class Plan:
     grid: GridSpec
     paths: Paths
-    datasets: dict[str, DatasetPlan]
-    models: dict[tuple[str, str], ModelPlan]
+    datasets: dict[str, DatasetPlan]          # targets, fine-tuning sources and the pretraining data
+    models: dict[tuple[str, str], ModelPlan]   # (backbone, source dataset or PRETRAINED) -> checkpoint
     trials: list[TrialSpec]
-    # dataset -> ordered (perturbation, severity) renders needed, clean included when any trial needs it
+    # target dataset -> ordered (perturbation, severity) video renders needed (clean included when any trial needs it)
     renders: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     resolution: int = 0
     # (dataset, perturbation) -> version of the assets it renders with ("" for none): part of render/trial keys
@@ -127,17 +135,15 @@ class Plan:
     def render_count(self) -> int:
         return sum(len(self.datasets[d].test) * len(r) for d, r in self.renders.items())
 
-    def model_path(self, backbone: str, dataset: str) -> Path:
-        m = self.models[(backbone, dataset)]
-        return m.path(self.paths, self.datasets[dataset].version)
+    def model_path(self, backbone: str, source: str) -> Path:
+        m = self.models[(backbone, source)]
+        return m.path(self.paths, self.datasets[m.train_dataset].version if m.train_dataset else "")
 
     def summary(self) -> dict:
-        by_scenario = defaultdict(int)
-        for t in self.trials:
-            by_scenario[t.scenario] += 1
+        by_scenario = Counter(t.scenario for t in self.trials)
         return {"grid": self.grid.name, "trials": len(self.trials), "render_jobs": self.render_count(),
-                "checkpoints": len(self.models), "datasets": ",".join(self.datasets), **{
-                    f"trials_{k}": v for k, v in by_scenario.items()}}
+                "checkpoints": len({str(self.model_path(*k)) for k in self.models}),
+                "datasets": ",".join(self.datasets), **{f"trials_{k}": v for k, v in by_scenario.items()}}
 
 
 def _image_size(clip_model: str) -> int:
@@ -167,75 +173,125 @@ def _method_entry(grid: GridSpec, entry: str) -> tuple[str, dict, bool, str]:
     return entry, dict(grid.method_options.get(entry, {})), grid.faithful, ""
 
 
-def build_plan(grid: GridSpec, paths: Paths) -> Plan:
+def _dataset_plan(grid: GridSpec, paths: Paths, name: str, options: dict | None = None) -> DatasetPlan:
+    entry = grid.datasets.get(name)
+    root = entry.root if entry is not None and entry.root is not None else str(paths.datasets)
+    return DatasetPlan(name, root, dict(options if options is not None else entry.options if entry else {}))
+
+
+def _plan_models(grid: GridSpec, datasets: dict[str, DatasetPlan], sources: list[str], paths: Paths
+                 ) -> dict[tuple[str, str], ModelPlan]:
     from workloads.backbones.finetune import FinetuneConfig
 
-    datasets = {}
-    for name in grid.query_shift.datasets:
-        entry = grid.datasets[name]
-        root = entry.root if entry.root is not None else str(paths.datasets)
-        datasets[name] = DatasetPlan(name, root, dict(entry.options))
-
-    m = grid.models
-    ft = m.finetune
-    resolution = grid.runtime.resolution or _image_size(m.clip_model)
+    m, ft = grid.models, grid.models.finetune
     base_init = _file_version(m.pretrained) if m.pretrained else ""
     models: dict[tuple[str, str], ModelPlan] = {}
+    pretrained_model: ModelPlan | None = None
     # clip4clip first: an X-Pool fine-tune may start from it
     for backbone in sorted(grid.backbones, key=lambda b: b != "clip4clip"):
-        for ds in datasets:
-            given = m.checkpoints.get(backbone, {}).get(ds)
+        for src in sources:
+            if src == PRETRAINED:
+                if pretrained_model is None:
+                    pretrained_model = _pretrained_model(grid, datasets, paths)
+                models[(backbone, src)] = pretrained_model
+                continue
+            given = m.checkpoints.get(backbone, {}).get(src)
             if given:
-                models[(backbone, ds)] = ModelPlan(backbone, ds, m.clip_model, given, None,
-                                                   version=_file_version(given))
+                models[(backbone, src)] = ModelPlan(backbone, src, m.clip_model, given, None,
+                                                    version=_file_version(given))
                 continue
             init, init_from, steps = base_init, None, ft.steps
-            if backbone == "xpool" and ft.xpool_init_from_clip4clip and ("clip4clip", ds) in models:
-                init_from = ("clip4clip", ds)
+            if backbone == "xpool" and ft.xpool_init_from_clip4clip and ("clip4clip", src) in models:
+                init_from = ("clip4clip", src)
                 init = "model:" + models[init_from].version
                 steps = ft.xpool_steps or ft.steps
             cfg = FinetuneConfig(backbone=backbone, clip_model=m.clip_model, init=init, steps=steps,
                                  batch_size=ft.batch_size, lr=ft.lr, weight_decay=ft.weight_decay,
                                  train_frames=ft.train_frames, frames_per_clip=ft.frames_per_clip,
                                  eval_frames=grid.runtime.num_frames, precision=ft.precision, seed=grid.seed)
-            models[(backbone, ds)] = ModelPlan(backbone, ds, m.clip_model, None, cfg, init_from,
-                                               version="ft:" + cfg.key(ds, datasets[ds].version))
+            models[(backbone, src)] = ModelPlan(backbone, src, m.clip_model, None, cfg, src, init_from,
+                                                version="ft:" + cfg.key(src, datasets[src].version))
+    return models
+
+
+def _pretrained_model(grid: GridSpec, datasets: dict[str, DatasetPlan], paths: Paths) -> ModelPlan:
+    """The zero-shot model: the grid's CLIP weights file, else an image-text CLIP pretrained here on single frames of
+    `models.zero_shot_pretrain.dataset` (its own caption style; never a video retrieval fine-tune)."""
+    from workloads.backbones.finetune import FinetuneConfig
+
+    m = grid.models
+    if m.pretrained:
+        return ModelPlan("clip", PRETRAINED, m.clip_model, m.pretrained, None, version=_file_version(m.pretrained),
+                         clip_only=True)
+    pre = m.zero_shot_pretrain
+    if pre is None:  # the grid check names the key; this guards programmatic plans
+        raise PlanError("zero-shot cells need models.pretrained or models.zero_shot_pretrain")
+    datasets.setdefault(pre.dataset, _dataset_plan(grid, paths, pre.dataset, pre.options))
+    cfg = FinetuneConfig(backbone="clip4clip", clip_model=m.clip_model, steps=pre.steps, batch_size=pre.batch_size,
+                         lr=pre.lr, weight_decay=pre.weight_decay, train_frames=4, frames_per_clip=1,
+                         eval_frames=grid.runtime.num_frames, precision=pre.precision, seed=grid.seed)
+    return ModelPlan("clip", PRETRAINED, m.clip_model, None, cfg, pre.dataset,
+                     version="pretrain:" + cfg.key(pre.dataset, datasets[pre.dataset].version), clip_only=True)
+
+
+def build_plan(grid: GridSpec, paths: Paths) -> Plan:
+    cells = [(scenario, cell) for scenario in grid.scenarios.values() for cell in scenario.cells(grid)]
+    datasets: dict[str, DatasetPlan] = {}
+    for _, cell in cells:
+        for name in (cell.dataset, cell.source):
+            if name != PRETRAINED and name not in datasets:
+                datasets[name] = _dataset_plan(grid, paths, name)
+    sources = list(dict.fromkeys(cell.source for _, cell in cells))
+    models = _plan_models(grid, datasets, sources, paths)
+    resolution = grid.runtime.resolution or _image_size(grid.models.clip_model)
+
+    # video renders per target: v2t queries at their own perturbation; t2v galleries (and clean v2t) clean clips
+    renders: dict[str, list[tuple[str, int]]] = {}
+    for _, cell in cells:
+        need = (cell.perturbation, cell.severity) if cell.direction == "v2t" else (CLEAN, 0)
+        renders.setdefault(cell.dataset, [])
+        if need not in renders[cell.dataset]:
+            renders[cell.dataset].append(need)
 
     from orchestrator.assets import asset_version
+    from workloads.perturbations.video import get as perturbation_info
 
     embedders: dict[str, tuple[str | None, str, str]] = {}
-    for ds in datasets:
-        if m.pretrained:
-            embedders[ds] = (None, _file_version(m.pretrained), "zero_shot_clip")
-        else:  # the dataset's fine-tuned mean-pooling model (or, failing that, the CLIP of another head)
-            backbone = "clip4clip" if ("clip4clip", ds) in models else grid.backbones[0]
-            embedders[ds] = (backbone, models[(backbone, ds)].version, "finetuned")
-    render_assets = {(ds, p): asset_version(grid, ds, p, datasets[ds].version, embedders[ds][1])
-                     for ds in datasets for p in grid.query_shift.perturbations}
+    render_assets: dict[tuple[str, str], str] = {}
+    for ds, cells_of_ds in renders.items():
+        for pert in dict.fromkeys(p for p, _ in cells_of_ds if p != CLEAN):
+            if perturbation_info(pert).assets is None:
+                render_assets[(ds, pert)] = ""
+                continue
+            if ds not in embedders:
+                embedders[ds] = _embedder(grid, models, ds)
+            render_assets[(ds, pert)] = asset_version(grid, ds, pert, datasets[ds].version, embedders[ds][1])
 
     rt = grid.runtime
-    qs = grid.query_shift
     trials: list[TrialSpec] = []
-    renders: dict[str, list[tuple[str, int]]] = {}
-    for ds in qs.datasets:
-        cells = ([(CLEAN, 0)] if qs.clean else []) + [(p, s) for p in qs.perturbations for s in qs.severities]
-        need: list[tuple[str, int]] = []
-        for direction in qs.directions:
-            # t2v queries are captions: its gallery needs only the clean clips
-            dir_cells = cells if direction == "v2t" else [(CLEAN, 0)]
-            need += dir_cells
-            for pert, sev in dir_cells:
-                for backbone in grid.backbones:
-                    for entry in grid.methods:
-                        method, options, faithful, variant = _method_entry(grid, entry)
-                        trials.append(TrialSpec(
-                            dataset=ds, direction=direction, scenario="query_shift", perturbation=pert,
-                            severity=sev, method=method, backbone=backbone, seed=grid.seed,
-                            faithful=faithful, source_dataset=ds, clip_model=m.clip_model,
-                            model_version=models[(backbone, ds)].version, data_version=datasets[ds].version,
-                            batch_size=rt.batch_size, steps=rt.steps, num_frames=rt.num_frames,
-                            resolution=resolution, precision=rt.precision, hub_k=rt.hub_k,
-                            options=json.dumps(options), render_assets=render_assets.get((ds, pert), ""),
-                            variant=variant))
-        renders[ds] = list(dict.fromkeys(need))
+    for scenario, cell in cells:
+        for backbone in grid.backbones:
+            model = models[(backbone, cell.source)]
+            for entry in grid.methods:
+                method, options, faithful, variant = _method_entry(grid, entry)
+                trials.append(TrialSpec(
+                    dataset=cell.dataset, direction=cell.direction, scenario=scenario.name,
+                    perturbation=cell.perturbation, severity=cell.severity, method=method, backbone=backbone,
+                    seed=grid.seed, faithful=faithful, source_dataset=cell.source, clip_model=grid.models.clip_model,
+                    model_version=model.version, data_version=datasets[cell.dataset].version,
+                    batch_size=rt.batch_size, steps=rt.steps, num_frames=rt.num_frames, resolution=resolution,
+                    precision=rt.precision, hub_k=rt.hub_k, options=json.dumps(options),
+                    render_assets=render_assets.get((cell.dataset, cell.perturbation), ""), variant=variant))
     return Plan(grid, paths, datasets, models, trials, renders, resolution, render_assets, embedders)
+
+
+def _embedder(grid: GridSpec, models: dict[tuple[str, str], ModelPlan], ds: str) -> tuple[str | None, str, str]:
+    """Which CLIP chooses a dataset's per-video assets (event-insertion distractors): the grid's zero-shot CLIP
+    weights when given (as the authors), else the dataset's own fine-tuned mean-pooling model."""
+    if grid.models.pretrained:
+        return None, _file_version(grid.models.pretrained), "zero_shot_clip"
+    backbone = "clip4clip" if ("clip4clip", ds) in models else grid.backbones[0]
+    if (backbone, ds) not in models:
+        raise PlanError(f"dataset {ds}: perturbations with assets need a CLIP to choose them: give models.pretrained "
+                        f"or run query_shift on {ds} (its fine-tuned model)")
+    return backbone, models[(backbone, ds)].version, "finetuned"

@@ -19,7 +19,7 @@ from rich.console import Console
 from orchestrator.grid import GridSpec, load_grid
 from orchestrator.ledger import TrialLedger
 from orchestrator.plan import Paths, Plan, build_plan
-from workloads.spec import CLEAN
+from workloads.spec import CLEAN, TrialSpec
 
 
 @dataclass
@@ -49,8 +49,10 @@ class SubmitReport:
     seconds: float = 0.0
 
 
-def _console() -> Console:
-    return Console(highlight=False)
+def make_console() -> Console:
+    """The console every command prints to. Lines are never wrapped (soft wrap): a log file or a pipe keeps paths
+    and trial keys whole instead of breaking them at 80 columns."""
+    return Console(highlight=False, soft_wrap=True)
 
 
 def select_trials(plan: Plan, ledger: TrialLedger, only_failed: bool, rerun: bool):
@@ -71,17 +73,26 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console)
     console.print(f"[bold]grid[/] {plan.grid.name} ({plan.grid.source}): {len(plan.trials)} trials "
                   f"({c.get('ok', 0)} done, {c.get('failed', 0)} failed, {c.get('missing', 0)} new) -> "
                   f"{len(todo)} to run")
+    for scenario, n in Counter(t.scenario for t in plan.trials).items():
+        console.print(f"  {scenario}: {n} trials")
     for name, ds in plan.datasets.items():
         announce_generation(name, ds.dataset, console)
         cells = plan.renders.get(name, [])
-        console.print(f"  dataset {name}: {len(ds.test)} test pairs, {len(cells)} render cells "
-                      f"({len(ds.test) * len(cells)} clips at {plan.resolution}px)")
-    for (backbone, ds), m in plan.models.items():
-        src = m.given_path or ("fine-tune here" + (f" from {m.init_from[0]}" if m.init_from else ""))
-        cached = plan.model_path(backbone, ds).is_file()
-        console.print(f"  checkpoint {backbone}/{ds}: {src}{' (cached)' if cached and not m.given_path else ''}")
+        role = f"{len(cells)} render cells ({len(ds.test) * len(cells)} clips at {plan.resolution}px)" if cells \
+            else "training data only"
+        console.print(f"  dataset {name}: {len(ds.test)} test pairs, {role}")
+    for (backbone, source), m in plan.models.items():
+        if m.given_path:
+            what = m.given_path
+        elif m.clip_only:
+            what = f"pretrain here on {m.train_dataset} (image-text)"
+        else:
+            what = "fine-tune here" + (f" from {m.init_from[0]}" if m.init_from else "")
+        cached = not m.given_path and plan.model_path(backbone, source).is_file()
+        console.print(f"  checkpoint {backbone}/{source}: {what}{' (cached)' if cached else ''}")
     console.print(f"  render jobs: {plan.render_count()}")
-    if "t2v" in plan.grid.query_shift.directions and plan.grid.query_shift.perturbations:
+    qs = plan.grid.query_shift
+    if qs is not None and "t2v" in qs.directions and qs.perturbations:
         console.print("  note: t2v runs its clean cell only (video perturbations shift v2t queries; text "
                       "perturbations are not implemented yet)")
 
@@ -99,34 +110,37 @@ def announce_generation(name: str, dataset, console: Console) -> None:
                       f"{config.size}px, H.264) into {location} (first use only) ...")
 
 
-def prepare_models(plan: Plan, console: Console) -> dict[str, str]:
-    """Fine-tune the checkpoints the grid does not supply (as Ray tasks, so a cluster's GPU node does the work);
-    returns "backbone|dataset" -> path."""
+def prepare_models(plan: Plan, console: Console) -> dict[str, dict[str, Any]]:
+    """Fine-tune (or pretrain) the checkpoints the grid does not supply, as Ray tasks so a cluster's GPU node does the
+    work; returns "backbone|source" -> {"path", "clip_only"}."""
     import ray
 
-    paths: dict[str, str] = {}
-    pending = []
-    for (backbone, ds), m in plan.models.items():
-        path = plan.model_path(backbone, ds)
-        paths[f"{backbone}|{ds}"] = str(path)
-        if m.given_path or path.is_file():
+    models: dict[str, dict[str, Any]] = {}
+    pending, seen = [], set()
+    for (backbone, source), m in plan.models.items():
+        path = plan.model_path(backbone, source)
+        models[f"{backbone}|{source}"] = {"path": str(path), "clip_only": m.clip_only}
+        if m.given_path or path.is_file() or path in seen:
             continue
-        pending.append((backbone, ds, m, path))
+        seen.add(path)
+        pending.append((m.backbone, m.train_dataset, m, path))
     gpus = 1 if plan.grid.runtime.gpus_per_trial > 0 else 0
     cpus = max(1, int(ray.available_resources().get("CPU", 1))) if not gpus else 1
     task = ray.remote(num_cpus=cpus, num_gpus=gpus)(_finetune_task)
     for backbone, ds, m, path in pending:  # in plan order: clip4clip before the X-Pool that starts from it
         dsp = plan.datasets[ds]
-        init = paths[f"{m.init_from[0]}|{m.init_from[1]}"] if m.init_from else plan.grid.models.pretrained
-        console.print(f"fine-tuning {backbone} on {ds} ({m.finetune.steps} steps"
-                      f"{', from ' + m.init_from[0] if m.init_from else ''}) ...")
+        init = models[f"{m.init_from[0]}|{m.init_from[1]}"]["path"] if m.init_from else \
+            None if m.clip_only else plan.grid.models.pretrained
+        what = f"pretraining the zero-shot CLIP on {ds} single frames" if m.clip_only \
+            else f"fine-tuning {backbone} on {ds}"
+        console.print(f"{what} ({m.finetune.steps} steps{', from ' + m.init_from[0] if m.init_from else ''}) ...")
         t0 = time.time()
         record = ray.get(task.remote(m.finetune, ds, dsp.root, dsp.options, dsp.version, str(plan.paths.models),
                                      init, "cuda" if gpus else "cpu"))
         mt = record["metrics"]
         console.print(f"  {backbone}/{ds}: clean R@1 v2t {mt['v2t_R1']:.1f} / t2v {mt['t2v_R1']:.1f} "
                       f"({time.time() - t0:.0f}s) -> {path.name}")
-    return paths
+    return models
 
 
 def _finetune_task(config, dataset: str, root, options, data_version: str, cache_dir: str, init_path, device: str):
@@ -140,7 +154,7 @@ def _finetune_task(config, dataset: str, root, options, data_version: str, cache
 
 
 def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
-    console = _console()
+    console = make_console()
     t_start = time.time()
     grid = load_grid(grid_path)
     paths = Paths.make(opts.results_dir, opts.cache_dir)
@@ -173,7 +187,6 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, opts: Subm
     from orchestrator.results import write_tables
     from orchestrator.tracking import Tracker, default_tracking_uri
     from orchestrator.tune import TrialEnvironment, run_trials
-    from workloads.perturbations.video import NAMES as PERT_ORDER
 
     paths = plan.paths
     checkpoints = prepare_models(plan, console)
@@ -230,7 +243,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, opts: Subm
             counts = recorder.counts
             report.ok, report.failed = counts["ok"], counts["failed"]
     entries = ledger.entries(t.key for t in plan.trials)
-    report.tables = write_tables(entries, paths.grid_dir(grid.name), list(PERT_ORDER), grid.methods, grid.backbones)
+    report.tables = write_tables(entries, paths.grid_dir(grid.name), grid)
     n_ok = sum(e["status"] == "ok" for e in entries)
     tracker.finish_parent(parent, {"trials_ok": n_ok, "trials_failed": sum(e["status"] == "failed" for e in entries),
                                    "trials_missing": len(plan.trials) - len(entries), "ran_now_ok": counts["ok"],
@@ -265,33 +278,31 @@ class LiveRecorder:
             self.progress.console.print(f"[yellow]MLflow logging failed for {result['key']}: {err}[/]")
         ok = result["status"] == "ok"
         self.counts["ok" if ok else "failed"] += 1
-        spec = result["spec"]
-        cell = spec["perturbation"] + (f"/{spec['severity']}" if spec["severity"] else "")
-        label = spec.get("variant") or spec["method"]
+        spec = TrialSpec.from_dict(result["spec"])
         if ok:
             m = result["metrics"]
             line = f"R@1 {m['R1']:5.1f}  skew {m['hub_skewness']:5.2f}  ({result['timings'].get('total_s', 0):.1f}s)"
         else:
             line = f"[red]FAILED[/] {result['error']}"
-        self.progress.console.print(f"  {spec['backbone']:9s} {label:12s} {spec['direction']} {cell:22s} {line}")
+        where = spec.dataset if spec.source_dataset in ("", spec.dataset) else f"{spec.source_dataset}->{spec.dataset}"
+        self.progress.console.print(f"  {where:12s} {spec.backbone:9s} {spec.method_label:12s} {spec.direction} "
+                                    f"{spec.cell:22s} {line}")
         self.progress.update(self.task, advance=1, failed=self.counts["failed"])
 
     def crash(self, spec: dict[str, Any], message: str) -> None:
         """A trial whose worker died (after Tune's retries): recorded as failed, like any other failure."""
-        from workloads.spec import TrialSpec
-
         self.result({"key": TrialSpec.from_dict(spec).key, "spec": spec, "status": "failed",
                      "error": f"worker crashed: {message}", "metrics": {}, "timings": {}})
 
 
-def prepare_assets(plan: Plan, checkpoints: dict[str, str], console: Console
+def prepare_assets(plan: Plan, checkpoints: dict[str, dict[str, Any]], console: Console
                    ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict]]]:
     """Per-dataset perturbation assets, and per-video ones: what a perturbation's registration says it prepares
     once per dataset (event insertion: each query video's distractor, chosen by embedding pool videos with CLIP)."""
     from orchestrator.assets import dataset_assets, prepare_video_assets
     from workloads.perturbations.video import get as perturbation_info
 
-    assets = {name: dataset_assets(plan.grid, name) for name in plan.datasets}
+    assets = {name: dataset_assets(plan.grid, name) for name in plan.renders}
     video_assets: dict[str, dict[str, dict]] = {}
     for name, cells in plan.renders.items():
         for pert in dict.fromkeys(p for p, _ in cells):
@@ -299,7 +310,7 @@ def prepare_assets(plan: Plan, checkpoints: dict[str, str], console: Console
             if needs is None or needs.prepare is None:
                 continue
             backbone, _, kind = plan.embedders[name]
-            weights = plan.grid.models.pretrained if backbone is None else checkpoints[f"{backbone}|{name}"]
+            weights = plan.grid.models.pretrained if backbone is None else checkpoints[f"{backbone}|{name}"]["path"]
             t0 = time.time()
             chosen = prepare_video_assets(plan, name, pert, weights, kind, plan.render_assets[(name, pert)])
             for video_id, extra in chosen.items():
@@ -308,4 +319,4 @@ def prepare_assets(plan: Plan, checkpoints: dict[str, str], console: Console
     return assets, video_assets
 
 
-__all__ = ["SubmitOptions", "SubmitReport", "submit", "select_trials", "print_plan"]
+__all__ = ["SubmitOptions", "SubmitReport", "submit", "select_trials", "print_plan", "make_console"]

@@ -5,6 +5,7 @@ Only the driver logs (one writer: sqlite stays free of "database is locked"). Ru
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -12,11 +13,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from workloads.spec import TrialSpec
+
 # MLflow 3's UI opens experiments without this tag in its GenAI (traces) view; ours are runs to compare
 KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
-GRID_AXES = ("dataset", "direction", "scenario", "perturbation", "severity", "method", "backbone", "seed")
-PARAMS = GRID_AXES + ("variant", "faithful", "source_dataset", "clip_model", "batch_size", "steps", "num_frames",
-                      "resolution", "precision", "hub_k", "options", "model_version", "data_version")
+# every field of a trial spec is a child-run parameter (a new field is logged by itself)
+PARAMS = tuple(f.name for f in dataclasses.fields(TrialSpec))
+# the axes a user filters and groups runs by in the MLflow UI, also as tags (tags are searchable and editable)
+TAG_AXES = ("scenario", "dataset", "source_dataset", "direction", "perturbation", "severity", "method", "variant",
+            "backbone", "faithful")
 
 
 def default_tracking_uri(results_dir: str | os.PathLike) -> str:
@@ -63,7 +68,10 @@ class Tracker:
         exp = self.experiment(grid_name)
         label = _label(spec)
         tags = {"mlflow.parentRunId": parent_id, "mlvp.kind": "trial", "mlvp.trial_key": entry["key"],
-                "mlvp.status": entry["status"], "mlvp.faithful": str(spec.get("faithful"))}
+                "mlvp.status": entry["status"], **{k: str(spec[k]) for k in TAG_AXES if spec.get(k) not in (None, "")}}
+        level = _level(spec)
+        if level:
+            tags["level"] = level
         if entry.get("fallbacks"):
             tags["mlvp.fallbacks"] = "; ".join(entry["fallbacks"])[:4900]
         if entry.get("error"):
@@ -120,6 +128,14 @@ class Tracker:
 
 
 def _label(spec: dict[str, Any]) -> str:
-    cell = spec["perturbation"] if not spec["severity"] else f"{spec['perturbation']}-{spec['severity']}"
-    method = spec.get("variant") or spec["method"]
-    return f"{spec['dataset']}/{spec['direction']}/{spec['backbone']}/{method}/{cell}"
+    s = TrialSpec.from_dict(spec)
+    source = f"{s.source_dataset}->" if s.source_dataset not in ("", s.dataset) else ""
+    return f"{source}{s.dataset}/{s.direction}/{s.backbone}/{s.method_label}/{s.cell}"
+
+
+def _level(spec: dict[str, Any]) -> str:
+    """The paper's perturbation level of a video-query cell (low / mid / high), "" otherwise."""
+    from workloads.perturbations.video import VIDEO_PERTURBATIONS
+
+    name = spec.get("perturbation")
+    return VIDEO_PERTURBATIONS.info(name)["level"] if name in VIDEO_PERTURBATIONS else ""

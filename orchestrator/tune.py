@@ -28,7 +28,7 @@ class TrialEnvironment:
     render_cache: str
     gallery_cache: str
     scores_dir: str | None
-    checkpoints: dict[str, str]                 # "backbone|dataset" -> checkpoint path
+    checkpoints: dict[str, dict[str, Any]]      # "backbone|source" -> {"path": file, "clip_only": bool}
     datasets: dict[str, dict[str, Any]]         # dataset -> {"root": ..., "options": {...}}
     use_gpu: bool
     threads: int
@@ -37,9 +37,10 @@ class TrialEnvironment:
         from workloads.trial import TrialContext
 
         ds = self.datasets[spec.dataset]
+        model = self.checkpoints[f"{spec.backbone}|{spec.source_dataset or spec.dataset}"]
         return TrialContext(render_cache=self.render_cache, gallery_cache=self.gallery_cache,
-                            checkpoint=self.checkpoints[f"{spec.backbone}|{spec.source_dataset or spec.dataset}"],
-                            dataset_root=ds["root"], dataset_options=ds["options"], scores_dir=self.scores_dir,
+                            checkpoint=model["path"], clip_only=model["clip_only"], dataset_root=ds["root"],
+                            dataset_options=ds["options"], scores_dir=self.scores_dir,
                             device="cuda" if self.use_gpu else "cpu", threads=self.threads)
 
 
@@ -54,9 +55,8 @@ def trial_trainable(config: dict[str, Any], env: dict[str, Any]) -> None:
 
 
 def _short_name(trial) -> str:
-    s = trial.config["spec"]
-    cell = s["perturbation"] if not s["severity"] else f"{s['perturbation']}{s['severity']}"
-    return f"{s['backbone']}_{s['method']}_{s['direction']}_{cell}_{TrialSpec.from_dict(s).key[:8]}"
+    spec = TrialSpec.from_dict(trial.config["spec"])
+    return f"{spec.backbone}_{spec.method_label}_{spec.direction}_{spec.cell}_{spec.key[:8]}"
 
 
 class TrialRecorder(tune.Callback):

@@ -70,7 +70,7 @@ def test_failed_trial_shows_in_status_and_resume_reruns_it(tmp_path, shared_cach
     assert out.returncode == 0 and "nothing to resume: 2/2 cells done" in out.stdout
 
     out = cli("report", str(grid_file), *common, "--metric", "hub_skewness")
-    assert out.returncode == 0 and "hub_skewness: synthetic v2t severity 2" in out.stdout
+    assert out.returncode == 0 and "k-occurrence skewness: synthetic, v2t, severity 2" in out.stdout
     assert "| clip4clip | source |" in out.stdout
     out = cli("plan", str(grid_file), *common)
     assert out.returncode == 0 and "2 trials (2 done, 0 failed, 0 new)" in out.stdout

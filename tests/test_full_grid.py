@@ -1,5 +1,6 @@
-"""grids/full_mlvp.yaml, the paper's whole video query-shift matrix, planned over annotation files in the five real
-datasets' layouts (tiny stand-ins from conftest.mlvp_env: no videos, no weights are read to plan)."""
+"""grids/full_mlvp.yaml, the paper's whole matrix (video query shift and query-gallery shift), planned over
+annotation files in the five real datasets' layouts (tiny stand-ins from conftest.mlvp_env: no videos, no weights are
+read to plan)."""
 from __future__ import annotations
 
 import os
@@ -21,18 +22,35 @@ def test_full_grid_is_the_papers_matrix(mlvp_env):
     grid = load_grid(FULL)
     assert grid.datasets["msrvtt"].root == str(mlvp_env / "data" / "MSRVTT")  # ${MLVP_DATA} expanded
     plan = build_plan(grid, Paths.make(mlvp_env / "results"))
-    perturbed = [t for t in plan.trials if t.perturbation != "clean"]
-    clean = [t for t in plan.trials if t.perturbation == "clean"]
+    qs = [t for t in plan.trials if t.scenario == "query_shift"]
+    perturbed = [t for t in qs if t.perturbation != "clean"]
+    clean = [t for t in qs if t.perturbation == "clean"]
     # 12 perturbations x 5 severities x 5 datasets x 7 methods x 2 backbones, plus the clean rows
     assert len(perturbed) == 12 * 5 * 5 * 7 * 2 == 4200
     assert len(clean) == 5 * 7 * 2
     assert len({t.key for t in plan.trials}) == len(plan.trials)
+    # query-gallery shift: 12 ordered pairs and 4 zero-shot datasets, both directions, clean
+    cross = [t for t in plan.trials if t.scenario == "cross_dataset"]
+    zero = [t for t in plan.trials if t.scenario == "zero_shot"]
+    assert len(cross) == 12 * 2 * 7 * 2 == 336 and len(zero) == 4 * 2 * 7 * 2 == 112
+    assert len(plan.trials) == 4270 + 336 + 112
+    assert {(t.source_dataset, t.dataset) for t in cross} == {(a, b) for a in ("msrvtt", "activitynet", "lsmdc",
+                                                                               "msvd") for b in ("msrvtt",
+                                                                               "activitynet", "lsmdc", "msvd")
+                                                              if a != b}
+    assert {t.source_dataset for t in zero} == {"pretrained"} and {t.perturbation for t in cross + zero} == {"clean"}
+    # a cross-dataset cell uses its source's query-shift checkpoint
+    t = next(t for t in cross if t.source_dataset == "lsmdc" and t.backbone == "xpool")
+    assert t.model_version == next(q.model_version for q in qs if q.dataset == "lsmdc" and q.backbone == "xpool")
     assert {t.dataset for t in plan.trials} == set(N_TEST)
     assert {t.method for t in plan.trials} == {"source", "tent", "read", "sar", "eata", "tcr", "hat_vtr"}
     assert {t.resolution for t in plan.trials} == {224} and {t.clip_model for t in plan.trials} == {"ViT-B-32"}
-    # each dataset's query clips are rendered once per (perturbation, severity) and shared by its 14 trials
+    # each dataset's query clips are rendered once per (perturbation, severity) and shared by its 14 trials; the
+    # QGS cells need only the clean clips, which query shift renders already
     assert plan.render_count() == sum(N_TEST.values()) * (12 * 5 + 1)
-    assert len(plan.models) == 10 and all(m.finetune is not None for m in plan.models.values())
+    fine_tuned = [m for (b, src), m in plan.models.items() if src != "pretrained"]
+    assert len(fine_tuned) == 10 and all(m.finetune is not None for m in fine_tuned)
+    assert plan.models[("xpool", "pretrained")].given_path == grid.models.pretrained
 
 
 def test_full_grid_cli_plan_and_a_clear_error_without_the_environment(mlvp_env):
@@ -40,7 +58,9 @@ def test_full_grid_cli_plan_and_a_clear_error_without_the_environment(mlvp_env):
     out = subprocess.run([sys.executable, "-m", "orchestrator", "plan", str(FULL), "--results-dir",
                           str(mlvp_env / "results")], capture_output=True, text=True, env=env, cwd=REPO)
     assert out.returncode == 0, out.stderr
-    assert "4270 trials" in out.stdout and "4270 to run" in out.stdout
+    assert "4718 trials" in out.stdout and "4718 to run" in out.stdout
+    for line in ("query_shift: 4270 trials", "cross_dataset: 336 trials", "zero_shot: 112 trials"):
+        assert line in out.stdout
 
     env.pop("MLVP_DATA")
     out = subprocess.run([sys.executable, "-m", "orchestrator", "plan", str(FULL)], capture_output=True, text=True,

@@ -48,45 +48,103 @@ def test_quickstart_grid_is_valid_and_plans_the_issue_matrix():
     assert plan.renders["synthetic"][0] == ("clean", 0) and len(plan.renders["synthetic"]) == 7
 
 
-def test_unknown_key_names_the_key_and_allowed_keys():
-    msg = error_of(grid_with(query_shift__perturbation=["fog"]))
-    assert msg.startswith("g.yaml: query_shift.perturbation: unknown key")
-    assert "perturbations" in msg
-    msg = error_of(grid_with(bogus=1))
-    assert "bogus: unknown key" in msg and "backbones" in msg
+# One table of bad grids: each change to a valid grid, and what its one-line error must say. Nothing starts: these
+# fail in parse_grid, which `plan`, `submit --dry-run` and `submit` all call first.
+BAD_GRIDS = [
+    # unknown keys, with a did-you-mean
+    ({"query_shift__perturbation": ["fog"]}, "query_shift.perturbation: unknown key (did you mean 'perturbations'?)"),
+    ({"bogus": 1}, "bogus: unknown key; allowed keys: name, datasets, backbones"),
+    ({"runtime__batchsize": 8}, "runtime.batchsize: unknown key (did you mean 'batch_size'?)"),
+    ({"query_gallery_shift": {"zero_shot": {"datasets": ["synthetic"]}, "direction": ["v2t"]}},
+     "query_gallery_shift.direction: unknown key (did you mean 'directions'?)"),
+    # wrong types
+    ({"runtime__batch_size": "sixteen"}, "runtime.batch_size: expected an integer, got 'sixteen'"),
+    ({"faithful": "yes"}, "faithful: expected true/false"),
+    ({"methods": "tent"}, "methods: expected a list of strings"),
+    ({"query_shift__severities": [1.5]}, "query_shift.severities[0]: expected an integer"),
+    # ranges, checked at load (not inside a trial)
+    ({"query_shift__severities": [6]}, "query_shift.severities[0]: unknown severity 6"),
+    ({"runtime__steps": 0}, "runtime.steps: must be an integer >= 1, got 0"),
+    ({"runtime__precision": "fp16"}, "runtime.precision: must be one of fp32, bf16, got 'fp16'"),
+    ({"runtime__resolution": -64}, "runtime.resolution: must be an integer >= 16, got -64"),
+    ({"runtime__gpus_per_trial": -0.5}, "runtime.gpus_per_trial: must be a number >= 0, got -0.5"),
+    ({"seed": -1}, "seed: must be an integer >= 0, got -1"),
+    ({"models__finetune__steps": -5}, "models.finetune.steps: must be an integer >= 1, got -5"),
+    ({"models__finetune__lr": 0}, "models.finetune.lr: must be a number > 0, got 0.0"),
+    ({"models__finetune__frames_per_clip": 20}, "models.finetune.frames_per_clip: must be between 1 and train_frames"),
+    # unknown names list the allowed ones
+    ({"methods": ["source", "tnet"]}, "methods[1]: unknown method or variant 'tnet' (did you mean 'tent'?)"),
+    ({"backbones": ["xpol"]},
+     "backbones[0]: unknown backbone 'xpol' (did you mean 'xpool'?); allowed: clip4clip, xpool"),
+    ({"query_shift__perturbations": ["gaussian"]}, "unknown video perturbation 'gaussian'"),
+    ({"datasets": {"msrvt": {}}}, "datasets[0]: unknown dataset 'msrvt' (did you mean 'msrvtt'?)"),
+    ({"query_shift__datasets": ["msrvtt"]}, "declare it under datasets"),
+    ({"query_shift__directions": ["v2t", "back"]}, "query_shift.directions[1]: unknown direction 'back'"),
+    # bad method options, checked at validation with the method's ranges
+    ({"methods": ["sar"], "method_options": {"sar": {"margin": 1.5}}},
+     "method_options.sar: method 'sar': option 'margin' is a fraction of the batch in faithful mode and must be "
+     "in (0, 1]"),
+    ({"methods": ["tcr"], "method_options": {"tcr": {"queue_size": 0}}}, "option 'queue_size' must be an integer >= 1"),
+    ({"methods": ["tent"], "method_options": {"tent": {"lr": "fast"}}},
+     "method_options.tent: method 'tent': option 'lr' must be a number > 0, got 'fast'"),
+    ({"methods": ["v"], "variants": {"v": {"method": "hat_vtr", "options": {"hsm": False}}}},
+     "variants.v.options: method 'hat_vtr': unknown option(s) 'hsm'"),
+    ({"methods": ["v"], "variants": {"v": {"method": "hatvtr"}}},
+     "variants.v.method: 'hatvtr' is not allowed (did you mean 'hat_vtr'?)"),
+    ({"variants": {"tent": {"method": "tent"}}}, "cannot take a method's name"),
+    ({"methods": ["source", "source"]}, "methods: duplicate method or variant 'source'"),
+    # missing paths
+    ({"models__checkpoints": {"clip4clip": {"synthetic": "/nope.pt"}}}, "checkpoint file not found: /nope.pt"),
+    ({"datasets": {"synthetic": {"root": "/no/such/dir"}}}, "datasets.synthetic.root: directory not found"),
+    ({"models__pretrained": "/no/clip.bin"}, "models.pretrained: weights file not found: /no/clip.bin"),
+    ({"assets__style_images": "/no/styles"}, "assets.style_images: path not found"),
+    # empty axes
+    ({"methods": []}, "methods: list at least one method"),
+    ({"backbones": []}, "backbones: list at least one backbone"),
+    ({"query_shift__perturbations": [], "query_shift__clean": False}, "query_shift: no cells"),
+    # scenarios
+    ({"query_shift": None, "query_gallery_shift": {}},
+     "query_gallery_shift: name at least one of cross_dataset, zero_shot"),
+    ({"query_gallery_shift": {"cross_dataset": {"pairs": [["synthetic", "msrvtt"]]}}},
+     "query_gallery_shift.cross_dataset.pairs[0][1]: unknown dataset (declare it under datasets:) 'msrvtt'"),
+    ({"query_gallery_shift": {"cross_dataset": {"pairs": [["synthetic"]]}}},
+     "query_gallery_shift.cross_dataset.pairs[0]: a pair is [source, target], got ['synthetic']"),
+    ({"query_gallery_shift": {"cross_dataset": {"pairs": "every"}}},
+     "query_gallery_shift.cross_dataset.pairs: expected a list of [source, target] pairs or 'all'"),
+    ({"query_gallery_shift": {"zero_shot": {"datasets": ["synthetic"]}}},
+     "query_gallery_shift.zero_shot: zero-shot cells adapt CLIP weights never fine-tuned for retrieval: set "
+     "models.pretrained"),
+    ({"query_gallery_shift": {"zero_shot": {"datasets": ["synthetic"]}},
+      "models__zero_shot_pretrain": {"dataset": "synthetic_z"}},
+     "models.zero_shot_pretrain.dataset: 'synthetic_z' is not allowed"),
+]
 
 
-def test_wrong_types():
-    assert "runtime.batch_size: expected an integer, got 'sixteen'" in error_of(grid_with(runtime__batch_size="sixteen"))
-    assert "faithful: expected true/false" in error_of(grid_with(faithful="yes"))
-    assert "methods: expected a list of strings" in error_of(grid_with(methods="tent"))
-    assert "query_shift.severities[0]: expected an integer" in error_of(grid_with(query_shift__severities=[1.5]))
-
-
-def test_unknown_names_list_the_allowed_values():
-    msg = error_of(grid_with(methods=["source", "tnet"]))
-    assert "methods[1]: unknown method or variant 'tnet'" in msg and "tent" in msg
-    msg = error_of(grid_with(backbones=["clip"]))
-    assert "unknown backbone 'clip'" in msg and "clip4clip" in msg and "xpool" in msg
-    msg = error_of(grid_with(query_shift__perturbations=["gaussian"]))
-    assert "unknown video perturbation 'gaussian'" in msg and "gaussian_noise" in msg
-    msg = error_of(grid_with(query_shift__severities=[6]))
-    assert "unknown severity 6" in msg
-    msg = error_of(grid_with(datasets={"msrvt": {}}))
-    assert "unknown dataset 'msrvt'" in msg and "msrvtt" in msg
-    msg = error_of(grid_with(query_shift__datasets=["msrvtt"]))
-    assert "declare it under datasets" in msg
-
-
-def test_missing_required_and_bad_values():
+@pytest.mark.parametrize("changes,expected", BAD_GRIDS, ids=[str(i) for i in range(len(BAD_GRIDS))])
+def test_bad_grid_fails_at_load_with_one_line_naming_the_key(changes, expected):
     g = copy.deepcopy(BASE)
-    del g["methods"]
-    assert "methods: required key is missing" in error_of(g)
-    assert "runtime.precision: 'fp16' is not allowed" in error_of(grid_with(runtime__precision="fp16"))
-    assert "runtime.steps: must be >= 1" in error_of(grid_with(runtime__steps=0))
-    assert "duplicate method or variant 'source'" in error_of(grid_with(methods=["source", "source"]))
-    assert "checkpoint file not found" in error_of(grid_with(models__checkpoints={"clip4clip": {"synthetic": "/nope.pt"}}))
-    assert "directory not found" in error_of(grid_with(datasets={"synthetic": {"root": "/no/such/dir"}}))
+    for dotted, value in changes.items():
+        node = g
+        *parents, last = dotted.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        if value is None:
+            node.pop(last)
+        else:
+            node[last] = value
+    msg = error_of(g)
+    assert msg.startswith("g.yaml: ") and expected in msg, msg
+
+
+def test_yaml_syntax_errors_and_duplicate_keys_name_line_and_column(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: t\nbackbones: [clip4clip\nmethods: [source]\n")
+    with pytest.raises(GridError, match=r"bad.yaml: not valid YAML: line 3, column \d+"):
+        load_grid(bad)
+    dup = tmp_path / "dup.yaml"
+    dup.write_text(yaml.safe_dump(BASE) + "methods: [tent]\n")
+    with pytest.raises(GridError, match=r"dup.yaml: line \d+, column 1: duplicate key 'methods' \(first at line \d+\)"):
+        load_grid(dup)
 
 
 def test_load_grid_file_errors(tmp_path):
@@ -124,17 +182,11 @@ def test_method_variants_become_their_own_rows_with_their_options():
     assert len({t.key for t in plan.trials}) == len(plan.trials)
 
 
-def test_variant_and_method_option_errors():
-    msg = error_of(grid_with(methods=["v"], variants={"v": {"method": "hat_vtr", "options": {"hsm": False}}}))
-    assert "variants.v.options: method 'hat_vtr' does not take option(s) ['hsm']" in msg and "hsm_rerank" in msg
-    msg = error_of(grid_with(methods=["v"], variants={"v": {"method": "hatvtr"}}))
-    assert "variants.v.method: 'hatvtr' is not allowed" in msg
-    msg = error_of(grid_with(variants={"tent": {"method": "tent"}}))
-    assert "cannot take a method's name" in msg
-    msg = error_of(grid_with(methods=["tent"], method_options={"tent": {"lr": "fast"}}))
-    assert "method_options.tent: option 'lr' of method 'tent' must be a finite number" in msg
-    # lr / weight_decay / temperature are accepted by every method
-    parse_grid(grid_with(methods=["tent"], method_options={"tent": {"lr": 1e-4, "temperature": 0.01}}), "g.yaml")
+def test_method_options_every_method_accepts_lr_weight_decay_temperature():
+    for method in ("tent", "sar", "hat_vtr"):
+        parse_grid(grid_with(methods=[method], method_options={method: {"lr": 1e-4, "temperature": 0.01}}), "g.yaml")
+    # the corrected mode reads SAR's margin as a factor of ln(G): 1.5 is fine there
+    parse_grid(grid_with(methods=["sar"], faithful=False, method_options={"sar": {"margin": 1.5}}), "g.yaml")
 
 
 def test_t2v_runs_clean_cells_beside_perturbed_v2t():

@@ -51,7 +51,7 @@ def test_all_types_render_once_and_run_as_trials(tmp_path, shared_cache):
     # without VLM captions the distractor is chosen from what the query video shows, never from its ground-truth
     # caption (the retrieval target)
     import json
-    (choice_file,) = (cache / "distractors").glob("synthetic-*.json")
+    (choice_file,) = (cache / "prepared" / "event_insertion").glob("synthetic-*.json")
     choices = json.loads(choice_file.read_text())
     assert len(choices) == 40
     assert {c["event_distractor_source"] for c in choices.values()} == {

@@ -12,22 +12,27 @@ from typing import Any
 from workloads import RENDER_VERSION, TRIAL_VERSION
 from workloads.seeding import digest
 
-SCENARIOS = ("query_shift", "cross_dataset", "zero_shot")
 CLEAN = "clean"
+DIRECTIONS = ("v2t", "t2v")
+
+
+def cell_label(perturbation: str, severity: int) -> str:
+    """The one name of a (perturbation, severity) cell: "clean", "gaussian_noise-3". Safe in file and run names."""
+    return perturbation if not severity else f"{perturbation}-{severity}"
 
 
 @dataclass(frozen=True)
 class TrialSpec:
     dataset: str                 # target dataset (queries and gallery)
     direction: str               # "v2t" (video queries) or "t2v" (text queries)
-    scenario: str                # query_shift | cross_dataset | zero_shot
+    scenario: str                # a registered scenario (orchestrator/scenarios): query_shift, cross_dataset, ...
     perturbation: str            # "clean" or a perturbation name of the query modality
     severity: int                # 0 for clean
     method: str                  # a registered method
     backbone: str
     seed: int = 0
     faithful: bool = True
-    source_dataset: str = ""     # where the checkpoint was fine-tuned ("" = the target; "none" = zero-shot)
+    source_dataset: str = ""     # the dataset the checkpoint was fine-tuned on, or "pretrained" (zero-shot)
     clip_model: str = "mlvp-tiny"
     model_version: str = ""      # content key of the weights (fine-tune key or file digest)
     data_version: str = ""       # content key of the dataset's annotations / generator config
@@ -42,10 +47,10 @@ class TrialSpec:
     variant: str = ""            # the grid's name for a method variant (ablation row); "" = the plain method
 
     def __post_init__(self):
-        if self.direction not in ("v2t", "t2v"):
-            raise ValueError(f"direction must be 'v2t' or 't2v', got {self.direction!r}")
-        if self.scenario not in SCENARIOS:
-            raise ValueError(f"scenario must be one of {SCENARIOS}, got {self.scenario!r}")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, got {self.direction!r}")
+        if not self.scenario:
+            raise ValueError("scenario must name a registered scenario")
         if (self.perturbation == CLEAN) != (self.severity == 0):
             raise ValueError(f"clean trials have severity 0 and perturbed ones 1..; got {self.perturbation!r} "
                              f"at severity {self.severity}")
@@ -62,10 +67,15 @@ class TrialSpec:
         return digest({"spec": asdict(self), "trial": TRIAL_VERSION, "render": RENDER_VERSION}, length=20)
 
     @property
+    def cell(self) -> str:
+        return cell_label(self.perturbation, self.severity)
+
+    @property
     def label(self) -> str:
-        cell = self.perturbation if self.severity == 0 else f"{self.perturbation}/{self.severity}"
-        src = f" from {self.source_dataset}" if self.scenario != "query_shift" else ""
-        return f"{self.dataset}{src} {self.direction} {self.backbone} {self.method_label} {cell}"
+        """Human name of the trial: "synthetic v2t clip4clip tent gaussian_noise-3" (plus "from <source>" when the
+        model was fine-tuned elsewhere)."""
+        src = f" from {self.source_dataset}" if self.source_dataset not in ("", self.dataset) else ""
+        return f"{self.dataset}{src} {self.direction} {self.backbone} {self.method_label} {self.cell}"
 
     @property
     def method_label(self) -> str:

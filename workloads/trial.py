@@ -39,7 +39,8 @@ class TrialContext:
     """Where a trial finds things; not part of the trial key."""
 
     render_cache: str
-    checkpoint: str | None                  # mlvp checkpoint or open_clip weights; None = random init
+    checkpoint: str | None                  # mlvp checkpoint or CLIP weights; None = random init
+    clip_only: bool = False                 # take only the CLIP weights (zero-shot: the head starts at its init)
     dataset_root: str | None = None
     dataset_options: dict[str, Any] = field(default_factory=dict)
     gallery_cache: str | None = None        # where encoded galleries are kept (None: not cached)
@@ -72,13 +73,14 @@ class TrialResult:
 
 
 @functools.lru_cache(maxsize=2)
-def _base_model(backbone: str, clip_model: str, checkpoint: str | None) -> VideoTextModel:
+def _base_model(backbone: str, clip_model: str, checkpoint: str | None, clip_only: bool) -> VideoTextModel:
     # built once per process; trials get deep copies (adaptation mutates LayerNorms)
-    return create_backbone(backbone, clip_model, pretrained=checkpoint)
+    return create_backbone(backbone, clip_model, pretrained=checkpoint, clip_only=clip_only)
 
 
 def load_model(spec: TrialSpec, ctx: TrialContext) -> VideoTextModel:
-    return copy.deepcopy(_base_model(spec.backbone, spec.clip_model, ctx.checkpoint)).to(ctx.device).eval()
+    base = _base_model(spec.backbone, spec.clip_model, ctx.checkpoint, ctx.clip_only)
+    return copy.deepcopy(base).to(ctx.device).eval()
 
 
 def render_key(spec: TrialSpec, video_id: str, perturbation: str | None = None, severity: int | None = None

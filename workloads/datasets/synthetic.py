@@ -1,6 +1,7 @@
 """The embedded default dataset: synthetic video-text pairs, generated deterministically from a seed, written as real
 H.264 .mp4 files plus annotation files in MSRVTT's layout, so the MSRVTT loader and the decord decode path run on it
-unchanged. Registered as `synthetic` (domain A) and `synthetic_b` (domain B).
+unchanged. Registered as `synthetic` (domain A), `synthetic_b` (domain B) and `synthetic_c` (domain C, the
+zero-shot pretraining style: its frames and captions train the embedded default's "pretrained CLIP").
 
 What a clip shows
     `num_frames` frames (default 16 at 8 fps, 64x64) of one or two objects over a textured background. Each object
@@ -26,8 +27,13 @@ Caption grammar (OBJ = "a {size} {colour} {shape} {motion phrase}")
                                         "on a {pattern} {bg colour} backdrop, OBJ1 while OBJ2"
               2nd train caption:        "OBJ over a {pattern} {bg colour} backdrop"
                                         "OBJ2 while OBJ1 over a {pattern} {bg colour} backdrop"
+    domain C  motion phrases: heading left / heading right / heading up / heading down / not moving
+              (OBJ without its article) test + 1st train caption: "OBJ; {pattern} {bg colour} scene"
+                                        "OBJ1; OBJ2; {pattern} {bg colour} scene"
+              2nd train caption:        "a {pattern} {bg colour} scene with OBJ" / "... with OBJ2 and OBJ1"
     e.g. A: "a large blue triangle moves left and a small white cross stays still on a teal dotted background"
          B: "on a wavy gray backdrop, a small orange square drifts up"
+         C: "small yellow square heading down; wavy navy scene"
 
 How the domains differ (same attribute words, different look and phrasing)
     A: filled shapes with hard anti-aliased edges; saturated palette; axis-aligned high-contrast patterns (vertical
@@ -35,6 +41,8 @@ How the domains differ (same attribute words, different look and phrasing)
     B: outlined shapes (thick outline, faintly tinted inside); softer, shifted palette; low-contrast patterns drawn
        differently (thin diagonal stripes, diamond checks, ring lattice, concentric ripples); static film grain and a
        vignette; captions name the background first and use other verbs ("drifts", "while", "backdrop").
+    C: soft-edged filled shapes; a darker palette; line patterns (horizontal stripes, a grid of thin lines, sparse
+       polka dots, zigzag bands) with faint grain; terse captions ("heading", "scene", ";").
 
 Splits and compositional generalisation
     Test: `n_test` videos, one caption each (the first template), all distinct. Train: `n_train` videos with
@@ -115,6 +123,7 @@ class DomainStyle:
     period: float  # pattern period as a fraction of the frame size
     grain: float  # std of static per-clip noise (0-255 scale)
     vignette: float  # corner darkening, 0 = none
+    edge: float = 1.0  # width of a filled shape's anti-aliased edge in pixels (larger = softer)
 
     def object_phrase(self, obj: dict) -> str:
         return f"a {obj['size']} {obj['colour']} {obj['shape']} {self.motion_phrases[obj['motion']]}"
@@ -128,6 +137,10 @@ class DomainStyle:
             if len(objs) == 1 and variant == 1:
                 return f"a {bg['colour']} {bg['pattern']} background where {objs[0]}"
             return f"{' and '.join(objs)} on a {bg['colour']} {bg['pattern']} background"
+        if self.key == "c":
+            objs = [o.removeprefix("a ") for o in objs]
+            scene = f"{bg['pattern']} {bg['colour']} scene"
+            return f"{'; '.join(objs)}; {scene}" if variant == 0 else f"a {scene} with {' and '.join(objs)}"
         place = f"a {bg['pattern']} {bg['colour']} backdrop"
         body = " while ".join(objs)
         return f"on {place}, {body}" if variant == 0 else f"{body} over {place}"
@@ -153,6 +166,17 @@ DOMAINS: dict[str, DomainStyle] = {
         motion_phrases={"left": "drifts left", "right": "drifts right", "up": "drifts up", "down": "drifts down",
                         "still": "stays in place"},
         outline=True, contrast=(0.86, 1.12), period=1 / 8, grain=5.0, vignette=0.3),
+    # domain C: the zero-shot "pretraining" style (image-caption pairs of single frames; never a retrieval target):
+    # soft-edged filled shapes, a darker palette, line patterns, terse captions in a third phrasing
+    "c": DomainStyle(
+        key="c", id_prefix="sync",
+        palette={"red": (190, 40, 50), "orange": (215, 115, 30), "yellow": (215, 200, 60), "green": (50, 150, 70),
+                 "blue": (55, 85, 190), "purple": (120, 60, 170), "pink": (215, 110, 170),
+                 "white": (225, 225, 230)},
+        backgrounds={"gray": (90, 92, 95), "brown": (100, 70, 50), "teal": (30, 95, 100), "navy": (35, 45, 85)},
+        motion_phrases={"left": "heading left", "right": "heading right", "up": "heading up", "down": "heading down",
+                        "still": "not moving"},
+        outline=False, contrast=(0.8, 1.15), period=1 / 5, grain=2.0, vignette=0.0, edge=2.5),
 }
 
 
@@ -398,6 +422,18 @@ def _pattern(bg: dict, dom: DomainStyle, xx: np.ndarray, yy: np.ndarray, S: int)
             return _smooth(0.22 * P - np.hypot(fx, fy) * P, 1.0)
         # wavy: horizontal wavy bands
         return _smooth(np.sin(tau * (yy / P + 0.3 * np.sin(tau * (xx / (1.7 * P) + px)) + py)), 1.5)
+    if dom.key == "c":
+        if name == "striped":  # horizontal stripes
+            return _smooth(np.sin(tau * (yy / P + py)), 2.0)
+        if name == "checkered":  # a grid of thin lines
+            fx, fy = (xx / P + px) % 1.0, (yy / P + py) % 1.0
+            return np.clip(1.0 - np.minimum(np.minimum(fx, 1 - fx), np.minimum(fy, 1 - fy)) * P / 1.5, 0.0, 1.0)
+        if name == "dotted":  # large sparse polka dots
+            fx = (xx / (1.5 * P) + px) % 1.0 - 0.5
+            fy = (yy / (1.5 * P) + py) % 1.0 - 0.5
+            return _smooth(0.3 * P - np.hypot(fx, fy) * 1.5 * P, 1.0)
+        # wavy: diagonal zigzag bands
+        return _smooth(np.sin(tau * ((xx + 2 * np.abs(((yy / P + py) % 1.0) - 0.5) * P) / P + px)), 2.0)
     if name == "striped":  # thin diagonal stripes
         return _smooth(np.sin(tau * ((xx + yy) / (1.06 * P) + px)) - 0.55, 3.0)
     if name == "checkered":  # diamond checks
@@ -451,7 +487,7 @@ def _coverage(obj: dict, ts: np.ndarray, dom: DomainStyle, xx, yy) -> np.ndarray
     u, w = c * dx + s * dy, -s * dx + c * dy
     d = _sdf(obj["shape"], u, w, obj["radius"])
     if not dom.outline:
-        return np.clip(0.5 - d, 0.0, 1.0)
+        return np.clip(0.5 - d / dom.edge, 0.0, 1.0)
     width = max(1.6, 0.3 * obj["radius"])
     ring = np.clip(width / 2 + 0.5 - np.abs(d), 0.0, 1.0)
     return np.maximum(ring, 0.25 * np.clip(0.5 - d, 0.0, 1.0))
@@ -710,6 +746,13 @@ class SyntheticA(SyntheticDataset):
 @register_dataset("synthetic_b")
 class SyntheticB(SyntheticDataset):
     domain = "b"
+
+
+@register_dataset("synthetic_c")
+class SyntheticC(SyntheticDataset):
+    """The zero-shot pretraining domain of the embedded default (models.zero_shot_pretrain): its single frames and
+    captions train the tiny "pretrained CLIP" that zero-shot query-gallery shift adapts."""
+    domain = "c"
 
 
 def _main(argv: list[str]) -> int:

@@ -1,0 +1,141 @@
+"""Every registry is the only list of its names, and a new entry needs nothing but its own registration: a throwaway
+method, video perturbation and scenario registered here are planned from a grid and run, with no other edit."""
+from dataclasses import dataclass, field
+
+import pandas as pd
+import pytest
+
+from orchestrator.grid import parse_grid
+from orchestrator.plan import Paths, build_plan
+from orchestrator.results import write_tables
+from orchestrator.scenarios import SCENARIOS
+from orchestrator.scenarios.base import Cell, ResultTable, Scenario
+from workloads.backbones import BACKBONES
+from workloads.datasets import DATASETS
+from workloads.methods import METHODS
+from workloads.methods.base import NoAdaptation
+from workloads.perturbations.video import VIDEO_PERTURBATIONS
+from workloads.registry import Registry
+
+REGISTRIES = {"method": METHODS, "backbone": BACKBONES, "dataset": DATASETS, "video perturbation": VIDEO_PERTURBATIONS,
+              "scenario": SCENARIOS}
+
+
+@pytest.mark.parametrize("kind", REGISTRIES)
+def test_registry_lists_every_entry_once_in_table_order(kind):
+    reg = REGISTRIES[kind]
+    names = reg.names()
+    assert names and len(set(names)) == len(names)
+    orders = [reg.entry(n).order for n in names]
+    assert orders == sorted(orders), "names() follows the registration order"
+    for name in names:
+        assert name in reg and reg.lookup(name) is reg[name]
+    with pytest.raises(ValueError, match=f"unknown {kind} 'no-such-thing'; known {kind}s: {names[0]}"):
+        reg.lookup("no-such-thing")
+
+
+def test_temporary_registration_and_errors():
+    reg = Registry("widget")
+    reg.register("b", order=1)(object())
+    reg.register("a", order=0)(object())
+    reg.register("c")(object())                       # unordered entries follow the ordered ones
+    with reg.temporary("z", object(), order=0.5):
+        assert reg.names() == ("a", "z", "b", "c")
+    assert reg.names() == ("a", "b", "c")
+    with pytest.raises(ValueError, match="widget 'a' registered twice"):
+        reg.register("a")(object())
+    with pytest.raises(ValueError, match="names are non-empty letters"):
+        reg.register("a b")
+
+
+MICRO = {
+    "name": "throwaway",
+    "datasets": {"synthetic": {"options": {"n_train": 96, "n_test": 40, "size": 32}}},
+    "models": {"clip_model": "mlvp-micro"},
+    "backbones": ["clip4clip"],
+    "query_shift": {"datasets": ["synthetic"], "perturbations": ["gaussian_noise"], "severities": [1]},
+}
+
+
+def test_throwaway_method_and_perturbation_plan_and_run_with_no_other_edit(shared_cache, tmp_path):
+    from workloads.render_cache import RenderCache, render_video
+    from workloads.trial import TrialContext, run
+
+    class ReversedSource(NoAdaptation):
+        """Scores like Source, negated: the ranking of every query reversed (a method nobody would ship)."""
+
+        def score(self, out, batch):
+            return -out.scores
+
+    def inverted(ctx, severity, rng):
+        return 255 - ctx.sampled, {"faithful": True}
+
+    with METHODS.temporary("reversed_source", ReversedSource, order=99), \
+            VIDEO_PERTURBATIONS.temporary("colour_inversion", _info("colour_inversion", inverted), order=99,
+                                          level="high"):
+        grid = parse_grid({**MICRO, "methods": ["source", "reversed_source"],
+                           "query_shift": {**MICRO["query_shift"], "perturbations": ["colour_inversion"]}}, "t.yaml")
+        plan = build_plan(grid, Paths.make(tmp_path / "results", shared_cache))
+        assert {t.method for t in plan.trials} == {"source", "reversed_source"}
+        assert ("colour_inversion", 1) in plan.renders["synthetic"]
+
+        cache = RenderCache(tmp_path / "render")
+        ds = plan.datasets["synthetic"]
+        from orchestrator.render import render_keys
+
+        for pair in ds.test.pairs:
+            statuses = render_video(pair.video_path, render_keys(plan, "synthetic", pair.video_id), cache)
+            assert all(s["status"] == "ok" for s in statuses), statuses
+        ctx = TrialContext(render_cache=str(cache.root), checkpoint=None, dataset_root=ds.root,
+                           dataset_options=ds.options)
+        results = {(t.method, t.perturbation): run(t, ctx) for t in plan.trials}
+    assert all(r.status == "ok" for r in results.values()), [r.error for r in results.values()]
+    # the reversed ranking puts each ground truth at G + 1 - its Source rank
+    for pert in ("clean", "colour_inversion"):
+        src, rev = results[("source", pert)], results[("reversed_source", pert)]
+        assert src.metrics["MnR"] + rev.metrics["MnR"] == pytest.approx(src.n_gallery + 1)
+    # gone again after the block: the grid no longer accepts the names
+    with pytest.raises(ValueError, match="unknown method or variant 'reversed_source'"):
+        parse_grid({**MICRO, "methods": ["reversed_source"]}, "t.yaml")
+
+
+def _info(name, fn):
+    from workloads.perturbations.video._registry import PerturbationInfo
+
+    return PerturbationInfo(name, fn, "high", False, None, "")
+
+
+@dataclass
+class EveryOtherConfig:
+    datasets: list[str] = field(default_factory=list)
+
+
+class EveryOther(Scenario):
+    """A scenario nobody would ship: clean v2t cells of each dataset, one table counting its trials."""
+    section = "every_other"
+    Config = EveryOtherConfig
+    prefix = "every_other"
+    title = "Every other"
+
+    def cells(self, grid):
+        return [Cell(ds, "v2t", ds) for ds in self.config.datasets]
+
+    def tables(self, grid, df, order, metric=None):
+        counts = df[df["scenario"] == self.name].groupby(["backbone", "row"]).size().to_frame("trials")
+        return [ResultTable("every_other", "trials per row", counts.astype(float), 0)]
+
+
+def test_throwaway_scenario_is_a_grid_section_plans_and_writes_its_tables(tmp_path, shared_cache):
+    with SCENARIOS.temporary("every_other", EveryOther, order=99):
+        EveryOther.name = "every_other"
+        grid = parse_grid({**{k: v for k, v in MICRO.items() if k != "query_shift"}, "methods": ["source"],
+                           "every_other": {"datasets": ["synthetic"]}}, "t.yaml")
+        plan = build_plan(grid, Paths.make(tmp_path / "results", shared_cache))
+        assert [(t.scenario, t.dataset, t.perturbation) for t in plan.trials] == [("every_other", "synthetic", "clean")]
+        entry = {"key": plan.trials[0].key, "spec": plan.trials[0].to_dict(), "status": "ok",
+                 "metrics": {"R1": 1.0}}
+        files = write_tables([entry], tmp_path / "tables", grid)
+        assert {f.name for f in files} == {"trials.parquet", "every_other.parquet", "every_other_tables.md"}
+        assert pd.read_parquet(tmp_path / "tables" / "every_other.parquet")["trials"].tolist() == [1.0]
+    with pytest.raises(ValueError, match="every_other: unknown key"):
+        parse_grid({**MICRO, "methods": ["source"], "every_other": {}}, "t.yaml")
