@@ -1,0 +1,152 @@
+"""The embedded default dataset: synthetic video-text pairs, generated deterministically from a seed, written as real
+H.264 .mp4 files plus annotation files in MSRVTT's layout, so the MSRVTT loader and the decord decode path run on it
+unchanged. Registered as `synthetic` (domain A), `synthetic_b` (domain B) and `synthetic_c` (domain C, the
+zero-shot pretraining style: its frames and captions train the embedded default's "pretrained CLIP").
+
+What a clip shows
+    `num_frames` frames (default 16 at 8 fps, 64x64) of one or two objects over a textured background. Each object
+    has a shape (circle, square, triangle, cross), a colour (red, orange, yellow, green, blue, purple, pink, white),
+    a size (small, large) and a motion (left, right, up, down: constant speed in a straight line; still). The
+    background is a pattern (striped, checkered, dotted, wavy) in a colour (gray, brown, teal, navy). Per-clip
+    jitter keeps retrieval from being trivial: start position, speed, radius (+-10%), rotation (+-20 degrees),
+    object colour (+-12 per channel), background colour (+-8), pattern period and phase.
+    Motion cue in every frame: mean pooling over frames ignores their order, so each frame also shows faint copies
+    of every object where it was 2 frames (opacity 0.4) and 4 frames (opacity 0.2) earlier: a trail that points
+    away from the direction of motion. Positions before the first frame are extrapolated, so frame 0 has its trail
+    too; a still object's trail hides under it. Two objects in a clip never share (colour, shape) and are placed so
+    their centres stay apart.
+
+Caption grammar (OBJ = "a {size} {colour} {shape} {motion phrase}")
+    domain A  motion phrases: moves left / moves right / moves up / moves down / stays still
+              test + 1st train caption: "OBJ on a {bg colour} {pattern} background"
+                                        "OBJ1 and OBJ2 on a {bg colour} {pattern} background"
+              2nd train caption:        "a {bg colour} {pattern} background where OBJ"
+                                        "OBJ2 and OBJ1 on a {bg colour} {pattern} background" (objects swapped)
+    domain B  motion phrases: drifts left / drifts right / drifts up / drifts down / stays in place
+              test + 1st train caption: "on a {pattern} {bg colour} backdrop, OBJ"
+                                        "on a {pattern} {bg colour} backdrop, OBJ1 while OBJ2"
+              2nd train caption:        "OBJ over a {pattern} {bg colour} backdrop"
+                                        "OBJ2 while OBJ1 over a {pattern} {bg colour} backdrop"
+    domain C  motion phrases: heading left / heading right / heading up / heading down / not moving
+              (OBJ without its article) test + 1st train caption: "OBJ; {pattern} {bg colour} scene"
+                                        "OBJ1; OBJ2; {pattern} {bg colour} scene"
+              2nd train caption:        "a {pattern} {bg colour} scene with OBJ" / "... with OBJ2 and OBJ1"
+    e.g. A: "a large blue triangle moves left and a small white cross stays still on a teal dotted background"
+         B: "on a wavy gray backdrop, a small orange square drifts up"
+         C: "small yellow square heading down; wavy navy scene"
+
+How the domains differ (same attribute words, different look and phrasing)
+    A: filled shapes with hard anti-aliased edges; saturated palette; axis-aligned high-contrast patterns (vertical
+       stripes, square checks, dot grid, horizontal wavy bands).
+    B: outlined shapes (thick outline, faintly tinted inside); softer, shifted palette; low-contrast patterns drawn
+       differently (thin diagonal stripes, diamond checks, ring lattice, concentric ripples); static film grain and a
+       vignette; captions name the background first and use other verbs ("drifts", "while", "backdrop").
+    C: soft-edged filled shapes; a darker palette; line patterns (horizontal stripes, a grid of thin lines, sparse
+       polka dots, zigzag bands) with faint grain; terse captions ("heading", "scene", ";").
+
+Splits and compositional generalisation
+    Test: `n_test` videos, one caption each (the first template), all distinct. Train: `n_train` videos with
+    `captions_per_train_video` captions each (1 or 2; the second is the paraphrase above). No train video shows a
+    test combination (background + set of objects with all their attributes), in any phrasing, so every test
+    caption is a combination never seen in training. The first train videos are drawn to cover every attribute value
+    and object count the test captions use (at most 29; with the default sizes random draws already do), so every
+    word of the test captions occurs in training (checked at generation).
+
+Files (MSRVTT's names, so `create_dataset("msrvtt", root=<dir>)` also reads them)
+    videos/<video_id>.mp4          H.264 (libx264, CRF 18, yuv420p; deterministic: see video_io.write_mp4)
+    MSRVTT_JSFUSION_test.csv       key,vid_key,video_id,sentence; test videos in order
+    MSRVTT_train.9k.csv            video_id; train videos in order
+    MSRVTT_data.json               {"sentences": [{"caption", "video_id", "sen_id"}], "videos": [...]}: train only
+    attributes.jsonl               one JSON object per video (test first): attributes, geometry, captions
+    README.txt, manifest.json      manifest (config, digest, file sizes) is written last, atomically
+
+Caching: `create_dataset("synthetic", root=DIR, seed=0, ...)` generates on first use into
+`DIR/<name>-<digest of config + GENERATOR_VERSION>/` (root=None: `$MLVP_CACHE_DIR/datasets`, default
+`~/.cache/mlvp/datasets`). Generation runs in a temporary sibling directory that is renamed into place when
+complete, under a file lock, so concurrent callers generate once and a crash never leaves a directory that looks
+complete; a directory whose manifest is missing or disagrees with its files is regenerated. Output is byte-identical
+for a seed whatever the number of worker processes (each clip is rendered from its own pre-sampled parameters).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
+
+from workloads.datasets.base import Split, VideoTextPair, read_jsonl, register_dataset
+from workloads.datasets.msrvtt import MSRVTTDataset
+from workloads.datasets.synthetic.config import (  # noqa: F401  (the package's public names)
+    ATTRIBUTES, BG_COLOURS, COLOURS, DATA_JSON, DOMAINS, GENERATOR_VERSION, MANIFEST, MOTIONS, PATTERNS, SHAPES, SIZES,
+    TEST_CSV, TRAIN_CSV, DomainStyle, SyntheticConfig, config_digest, default_root)
+from workloads.datasets.synthetic.drawing import render_clip  # noqa: F401
+from workloads.datasets.synthetic.files import dataset_dir, ensure_generated, generate, is_complete  # noqa: F401
+from workloads.datasets.synthetic.scenes import _combo_key, sample_clips  # noqa: F401
+from workloads.seeding import digest
+
+
+class SyntheticDataset(MSRVTTDataset):
+    """The synthetic dataset of one domain, read through the MSRVTT loader. Options are SyntheticConfig's fields
+    (except domain) plus `workers` (processes used when generating; does not change the output)."""
+
+    domain: ClassVar[str] = "a"
+    option_defaults = {**{f.name: f.default for f in fields(SyntheticConfig) if f.name != "domain"}, "workers": None}
+    provide = "the synthetic dataset is generated automatically; this should not happen (file a bug)"
+
+    def __init__(self, root: str | os.PathLike | None = None, **options):
+        super().__init__(root=root, **options)
+        cfg = {k: v for k, v in options.items() if k != "workers"}
+        self.config = SyntheticConfig(domain=self.domain, **cfg)
+        self._data_dir: Path | None = None
+
+    def option(self, key: str) -> Any:
+        if key in self.option_defaults:
+            return self.options.get(key, self.option_defaults[key])
+        return MSRVTTDataset.option_defaults[key]  # file names: MSRVTT's defaults
+
+    @property
+    def location(self) -> Path:
+        """Where the files are (or will be); does not generate."""
+        return dataset_dir(self.config, self.root, self.name)
+
+    @property
+    def data_dir(self) -> Path:
+        if self._data_dir is None:
+            self._data_dir = ensure_generated(self.config, self.root, self.name, workers=self.option("workers"))
+        return self._data_dir
+
+    def version(self) -> str:
+        """Content key of the data, from the generator config and version alone (nothing is generated)."""
+        return self.location.name
+
+    def describe(self) -> dict:
+        return {"name": self.name, "root": str(self.location.parent), "data_dir": str(self.location),
+                "generator_version": GENERATOR_VERSION, "digest": config_digest(self.config),
+                "config": asdict(self.config)}
+
+    def _make_split(self, name: str, pairs: Sequence[VideoTextPair]) -> Split:
+        fp = digest([self.name, name, config_digest(self.config), [(p.video_id, p.caption) for p in pairs]])
+        return Split(dataset=self.name, name=name, pairs=tuple(pairs), fingerprint=fp)
+
+    def attributes(self, split: str | None = None) -> list[dict]:
+        """Per-video records from attributes.jsonl (test first, then train), optionally of one split."""
+        path = self.data_dir / ATTRIBUTES
+        rows = [obj for _, obj in read_jsonl(path, required=("video_id", "split"))]
+        return [r for r in rows if split is None or r["split"] == split]
+
+
+@register_dataset("synthetic")
+class SyntheticA(SyntheticDataset):
+    domain = "a"
+
+
+@register_dataset("synthetic_b")
+class SyntheticB(SyntheticDataset):
+    domain = "b"
+
+
+@register_dataset("synthetic_c")
+class SyntheticC(SyntheticDataset):
+    """The zero-shot pretraining domain of the embedded default (models.zero_shot_pretrain): its single frames and
+    captions train the tiny "pretrained CLIP" that zero-shot query-gallery shift adapts."""
+    domain = "c"

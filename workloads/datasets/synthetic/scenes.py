@@ -1,0 +1,167 @@
+"""Sampling the clips of a synthetic dataset: attributes (with the test/train constraints), then per-clip geometry
+and jitter. Pure and cheap; done in full by every process so workers need only the config."""
+from __future__ import annotations
+
+import numpy as np
+
+from workloads.datasets.base import DatasetError
+from workloads.datasets.synthetic.config import (BG_COLOURS, COLOURS, DIRECTIONS, DOMAINS, GENERATOR_VERSION, MOTIONS,
+                                                 PATTERNS, SHAPES, SIZES, SyntheticConfig)
+from workloads.seeding import stable_seed
+
+
+
+def _combo_key(attrs: dict) -> tuple:
+    objs = tuple(sorted((o["size"], o["colour"], o["shape"], o["motion"]) for o in attrs["objects"]))
+    return attrs["background"]["pattern"], attrs["background"]["colour"], objs
+
+
+CATEGORIES = (("shape", SHAPES), ("colour", COLOURS), ("size", SIZES), ("motion", MOTIONS),
+              ("pattern", PATTERNS), ("bg", BG_COLOURS))
+
+
+def _values(attrs: dict) -> set[tuple[str, str]]:
+    """The (category, value) pairs a clip's caption names."""
+    out = {("pattern", attrs["background"]["pattern"]), ("bg", attrs["background"]["colour"])}
+    for o in attrs["objects"]:
+        out |= {("shape", o["shape"]), ("colour", o["colour"]), ("size", o["size"]), ("motion", o["motion"])}
+    out.add(("n_objects", str(len(attrs["objects"]))))
+    return out
+
+
+def _random_object(rng: np.random.Generator, taken: set, force: tuple[str, str] | None = None) -> dict:
+    while True:
+        obj = {"shape": SHAPES[rng.integers(len(SHAPES))], "colour": COLOURS[rng.integers(len(COLOURS))],
+               "size": SIZES[rng.integers(len(SIZES))], "motion": MOTIONS[rng.integers(len(MOTIONS))]}
+        if force is not None and force[0] in obj:
+            obj[force[0]] = force[1]
+        if (obj["colour"], obj["shape"]) not in taken:
+            return obj
+
+
+def _random_attrs(rng: np.random.Generator, cfg: SyntheticConfig, force: tuple[str, str] | None = None) -> dict:
+    """Random attributes of one clip; `force=(category, value)` makes the clip name that value (category
+    "n_objects" fixes the object count)."""
+    n_obj = 2 if rng.random() < cfg.two_object_prob else 1
+    bg = {"pattern": PATTERNS[rng.integers(len(PATTERNS))], "colour": BG_COLOURS[rng.integers(len(BG_COLOURS))]}
+    if force is not None:
+        if force[0] == "n_objects":
+            n_obj = int(force[1])
+        elif force[0] == "pattern":
+            bg["pattern"] = force[1]
+        elif force[0] == "bg":
+            bg["colour"] = force[1]
+    objs = [_random_object(rng, set(), force)]
+    if n_obj == 2:
+        objs.append(_random_object(rng, {(objs[0]["colour"], objs[0]["shape"])}))
+    return {"background": bg, "objects": objs}
+
+
+def _geometry(rng: np.random.Generator, cfg: SyntheticConfig, attrs: dict) -> dict:
+    """Add positions, speeds, radii, rotations and jittered colours to `attrs` (values rounded, so the JSON record
+    is exactly what is rendered)."""
+    dom = DOMAINS[cfg.domain]
+    S, T = cfg.size, cfg.num_frames
+    scale = S / 64.0
+    r3 = lambda x: round(float(x), 3)  # noqa: E731
+    for _ in range(40):
+        objects = []
+        for o in attrs["objects"]:
+            radius = (5.5 if o["size"] == "small" else 9.5) * scale * rng.uniform(0.9, 1.1)
+            speed = rng.uniform(1.2, 1.8) * scale
+            lo, hi = radius + 1.0, S - radius - 1.0
+            if T > 1:
+                speed = min(speed, 0.95 * (hi - lo) / (T - 1))
+            travel = speed * (T - 1)
+            dx, dy = DIRECTIONS[o["motion"]]
+            start = []
+            for d in (dx, dy):
+                if d > 0:
+                    start.append(rng.uniform(lo, hi - travel))
+                elif d < 0:
+                    start.append(rng.uniform(lo + travel, hi))
+                else:
+                    start.append(rng.uniform(lo, hi))
+            if o["motion"] == "still":
+                speed = 0.0
+            rotation = 0.0 if o["shape"] == "circle" else rng.uniform(-20.0, 20.0)
+            rgb = np.clip(np.array(dom.palette[o["colour"]]) + rng.integers(-12, 13, 3), 0, 255)
+            objects.append({**o, "radius": r3(radius), "speed": r3(speed), "start": [r3(start[0]), r3(start[1])],
+                            "velocity": [r3(dx * speed), r3(dy * speed)], "rotation": r3(rotation),
+                            "rgb": [int(c) for c in rgb]})
+        if len(objects) < 2 or _min_distance(objects, T) >= 0.8 * (objects[0]["radius"] + objects[1]["radius"]):
+            break
+    bg_rgb = np.clip(np.array(dom.backgrounds[attrs["background"]["colour"]]) + rng.integers(-8, 9, 3), 0, 255)
+    background = {**attrs["background"], "rgb": [int(c) for c in bg_rgb],
+                  "period": r3(S * dom.period * rng.uniform(0.85, 1.15)),
+                  "phase": [r3(rng.uniform()), r3(rng.uniform())]}
+    return {"background": background, "objects": objects, "noise_seed": int(rng.integers(2**31 - 1))}
+
+
+def _min_distance(objects: list[dict], T: int) -> float:
+    t = np.arange(T)[:, None]
+    a = np.array(objects[0]["start"]) + t * np.array(objects[0]["velocity"])
+    b = np.array(objects[1]["start"]) + t * np.array(objects[1]["velocity"])
+    return float(np.min(np.linalg.norm(a - b, axis=1)))
+
+
+def sample_clips(config: SyntheticConfig) -> list[dict]:
+    """The full description of every clip, test first then train, in file order. Each is a JSON-able dict with
+    video_id, split, background, objects, noise_seed and captions."""
+    cfg = config
+    dom = DOMAINS[cfg.domain]
+    rng = np.random.default_rng(stable_seed("mlvp-synthetic", GENERATOR_VERSION, cfg.domain, cfg.seed))
+    test_keys: set = set()
+    test: list[dict] = []
+    attempts = 0
+    while len(test) < cfg.n_test:
+        attempts += 1
+        if attempts > 200 * cfg.n_test + 1000:
+            raise DatasetError(f"synthetic dataset: cannot draw {cfg.n_test} distinct test combinations "
+                               f"(two_object_prob={cfg.two_object_prob}); lower n_test")
+        attrs = _random_attrs(rng, cfg)
+        key = _combo_key(attrs)
+        if key not in test_keys:
+            test_keys.add(key)
+            test.append(attrs)
+    # Train: first the coverage clips (each names a value that the test captions use and that no earlier train
+    # clip names), then random clips; none may repeat a test combination.
+    def draw(force=None) -> dict:
+        for _ in range(10_000):
+            attrs = _random_attrs(rng, cfg, force)
+            if _combo_key(attrs) not in test_keys:
+                return attrs
+        raise DatasetError("synthetic dataset: cannot draw a train clip outside the test combinations")
+
+    needed = set().union(*(_values(a) for a in test))
+    order = [(c, v) for c, vals in CATEGORIES for v in vals] + [("n_objects", "1"), ("n_objects", "2")]
+    train: list[dict] = []
+    covered: set = set()
+    for value in order:
+        if value in needed and value not in covered:
+            train.append(draw(value))
+            covered |= _values(train[-1])
+    if len(train) > cfg.n_train:
+        raise DatasetError(f"synthetic dataset: n_train={cfg.n_train} is too small to show every attribute value "
+                           f"used by the test captions (needs {len(train)})")
+    while len(train) < cfg.n_train:
+        train.append(draw())
+
+    clips = []
+    for split, items in (("test", test), ("train", train)):
+        n_caps = 1 if split == "test" else cfg.captions_per_train_video
+        for i, attrs in enumerate(items):
+            clip = {"video_id": f"{dom.id_prefix}_{split}_{i:05d}", "split": split, "domain": cfg.domain,
+                    **_geometry(rng, cfg, attrs)}
+            clip["captions"] = [dom.caption(clip, v) for v in range(n_caps)]
+            clips.append(clip)
+    _check_vocabulary(clips)
+    return clips
+
+
+def _check_vocabulary(clips: list[dict]) -> None:
+    words = lambda c: c.replace(",", " ").split()  # noqa: E731
+    train_words = {w for c in clips if c["split"] == "train" for cap in c["captions"] for w in words(cap)}
+    unseen = {w for c in clips if c["split"] == "test" for w in words(c["captions"][0])} - train_words
+    if unseen:  # pragma: no cover - guaranteed by the coverage clips
+        raise DatasetError(f"synthetic dataset: test words never seen in training: {sorted(unseen)}")
