@@ -1,4 +1,4 @@
-"""Command line: `python -m orchestrator {submit,plan,status,resume,report,render} ...` (`--help` on each)."""
+"""Command line: `python -m orchestrator {submit,plan,status,resume,report,render,sync} ...` (`--help` on each)."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +11,12 @@ EXAMPLES = {
   python -m orchestrator submit grids/quickstart.yaml --dry-run""",
     "plan": "example:\n  python -m orchestrator plan grids/full_mlvp.yaml",
     "status": "example:\n  python -m orchestrator status grids/quickstart.yaml",
-    "resume": "example:\n  python -m orchestrator resume grids/quickstart.yaml          # failed + never-run cells",
+    "resume": """examples:
+  python -m orchestrator resume grids/quickstart.yaml                # failed + never-run cells
+  python -m orchestrator resume grids/quickstart.yaml --incomplete   # also cells done with dropped queries""",
+    "sync": """examples:
+  python -m orchestrator sync grids/quickstart.yaml                  # the local sqlite store
+  python -m orchestrator sync grids/full_mlvp.yaml --tracking-uri http://127.0.0.1:5000""",
     "report": "example:\n  python -m orchestrator report grids/quickstart.yaml --metric hub_skewness",
     "render": """examples:
   python -m orchestrator render grids/quickstart.yaml                 # fill the render cache only
@@ -55,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--rerun", action="store_true", help="run every cell again, even the successful ones")
         else:
             p.add_argument("--only-failed", action="store_true", help="rerun failed cells only, not never-run ones")
+            p.add_argument("--incomplete", action="store_true", help="also rerun cells that finished with dropped "
+                           "queries (videos that could not be decoded, e.g. fixed since)")
 
     p = add("plan", "print what a grid would run (trials, render jobs, checkpoints, ledger state)")
     p.add_argument("grid")
@@ -71,6 +78,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", default="R1", help="metric of the printed tables: R1, R5, R10, MdR, MnR, "
                    "hub_skewness, ... (default R1)")
 
+    p = add("sync", "log to an MLflow store every trial of a grid the ledger holds and the store lacks (no "
+               "duplicates): after a store was down, or to fill a second store")
+    p.add_argument("grid")
+    _common(p)
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///RESULTS_DIR/"
+                   "mlflow.db)")
+
     p = add("render", "fill the render cache for a grid (no trials), or draw a contact sheet of all 12 types")
     p.add_argument("grid", nargs="?", help="grid YAML file (omit with --contact-sheet)")
     _common(p)
@@ -85,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from orchestrator import commands
     from orchestrator.grid import GridError
+    from orchestrator.ray_env import ClusterError
+    from orchestrator.tracking import TrackingUnavailable
 
     try:
         return commands.dispatch(args)
@@ -94,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (FileNotFoundError, ValueError) as err:
+    except (OSError, ValueError, TrackingUnavailable, ClusterError) as err:  # one-line errors: grid, plan, store, disk
         print(f"error: {err}", file=sys.stderr)
         return 2
 

@@ -6,17 +6,15 @@ from collections import Counter
 
 from rich.markup import escape
 
-
 from orchestrator.grid import load_grid
 from orchestrator.ledger import TrialLedger
 from orchestrator.plan import Paths, build_plan
-from orchestrator.submit import SubmitOptions, print_plan, select_trials, submit
-from orchestrator.submit import make_console
+from orchestrator.submit import SubmitOptions, make_console, print_plan, select_trials, submit
 
 
 def dispatch(args: argparse.Namespace) -> int:
     return {"submit": cmd_submit, "resume": cmd_resume, "plan": cmd_plan, "status": cmd_status,
-            "report": cmd_report, "render": cmd_render}[args.command](args)
+            "report": cmd_report, "render": cmd_render, "sync": cmd_sync}[args.command](args)
 
 
 def _options(args: argparse.Namespace, **kw) -> SubmitOptions:
@@ -39,12 +37,12 @@ def cmd_resume(args) -> int:
     grid = load_grid(args.grid)
     paths = Paths.make(args.results_dir, args.cache_dir)
     plan = build_plan(grid, paths)
-    todo, status = select_trials(plan, TrialLedger(paths.ledger), args.only_failed, False)
+    todo, status = select_trials(plan, TrialLedger(paths.ledger), args.only_failed, False, args.incomplete)
     if not todo:
         c = Counter(status.values())
         print(f"nothing to resume: {c.get('ok', 0)}/{len(plan.trials)} cells done, {c.get('failed', 0)} failed")
         return 0
-    report = submit(args.grid, _options(args, only_failed=args.only_failed))
+    report = submit(args.grid, _options(args, only_failed=args.only_failed, incomplete=args.incomplete))
     return 0 if report.failed == 0 else 1
 
 
@@ -54,9 +52,10 @@ def cmd_plan(args) -> int:
     todo, status = select_trials(plan, TrialLedger(plan.paths.ledger), False, False)
     console = make_console()
     print_plan(plan, status, todo, console)
-    by = Counter((t.dataset, t.direction, t.backbone, t.method) for t in plan.trials)
-    for (ds, d, b, m), n in sorted(by.items()):
-        console.print(f"  {ds:12s} {d} {b:10s} {m:8s} {n} trials")
+    by = Counter((t.scenario, t.dataset if t.source_dataset in ("", t.dataset) else f"{t.source_dataset}->{t.dataset}",
+                  t.direction, t.backbone) for t in plan.trials)
+    for (scenario, where, d, b), n in by.items():
+        console.print(f"  {scenario:14s} {where:26s} {d} {b:10s} {n} trials")
     return 0
 
 
@@ -77,6 +76,34 @@ def cmd_status(args) -> int:
         console.print(f"  ... {len(failed) - 20} more (--all)")
     if counts.get("failed") or counts.get("missing"):
         console.print(f"rerun them with: python -m orchestrator resume {args.grid}")
+    # done, but some queries were dropped (videos that could not be decoded): fixed videos are re-read on request
+    incomplete = [(t, e) for t in plan.trials if (e := entries[t.key]) and e["status"] == "ok" and e.get("dropped")]
+    if incomplete:
+        console.print(f"{len(incomplete)} done cells ran with dropped queries (undecodable videos):")
+        for t, e in incomplete if args.all else incomplete[:20]:
+            first = e["dropped"][0]
+            console.print(f"  {escape(t.label)}: {len(e['dropped'])} of {len(e['dropped']) + (e.get('n_queries') or 0)}"
+                          f" queries dropped (first: {escape(str(first.get('video_id')))}: "
+                          f"{escape(str(first.get('reason', '')))})")
+        console.print(f"after fixing the videos, rerun those cells with: python -m orchestrator resume {args.grid} "
+                      "--incomplete")
+    return 0
+
+
+def cmd_sync(args) -> int:
+    """Bring a tracking store up to date from the ledger: every trial of the grid the store lacks is logged."""
+    from orchestrator.submit import SubmitReport, _submission_id, check_writable, finish
+    from orchestrator.tracking import check_store, default_tracking_uri
+
+    grid = load_grid(args.grid)
+    paths = Paths.make(args.results_dir, args.cache_dir)
+    plan = build_plan(grid, paths)
+    report = SubmitReport(plan, 0, 0)
+    check_writable(paths.results)
+    report.tracking_uri = args.tracking_uri or default_tracking_uri(paths.results)
+    check_store(report.tracking_uri)
+    finish(plan, grid, TrialLedger(paths.ledger), report, make_console(), 0.0, None, {"ok": 0, "failed": 0},
+           "FINISHED", _submission_id())
     return 0
 
 

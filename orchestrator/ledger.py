@@ -39,10 +39,17 @@ class TrialLedger:
         attempts.append({"time": time.time(), "status": result["status"], "error": result.get("error"),
                          "submission": extra.get("submission")})
         entry = {**result, **extra, "attempts": attempts[-20:], "recorded_at": time.time()}
-        if old.get("mlflow_run_id") and "mlflow_run_id" not in extra and result["status"] != "ok":
-            entry["previous_mlflow_run_id"] = old["mlflow_run_id"]
+        if old.get("mlflow_runs"):  # runs of the earlier attempt stay listed (they are that attempt's record)
+            entry["previous_mlflow_runs"] = old["mlflow_runs"]
         self._write(key, entry)
         return entry
+
+    def record_run(self, key: str, store: str, run_id: str) -> None:
+        """Note that trial `key` has MLflow run `run_id` in tracking store `store`."""
+        entry = self.get(key)
+        if entry is None:
+            raise KeyError(f"no ledger entry for trial {key}")
+        self._write(key, {**entry, "mlflow_runs": {**(entry.get("mlflow_runs") or {}), store: run_id}})
 
     def update(self, key: str, **fields: Any) -> None:
         entry = self.get(key)

@@ -12,6 +12,26 @@ os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
 os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
 # nothing is downloaded at run time: fail fast instead of retrying a hub for ~46 s
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Ctrl-C must reach us as KeyboardInterrupt: Tune's own handler stops quietly, returns as if finished and prints a
+# Tuner.restore hint, so a killed submission looked successful; ours marks the parent run KILLED and points to resume
+os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
+
+
+class ClusterError(RuntimeError):
+    """The Ray cluster cannot run this grid as configured; one line saying what to change."""
+
+
+def check_resources(gpus_per_trial: float, cpus_per_trial: float) -> None:
+    """A trial asking for resources no node has would wait forever: say so and stop instead."""
+    import ray
+
+    total = ray.cluster_resources()
+    if gpus_per_trial > 0 and total.get("GPU", 0) == 0:
+        raise ClusterError(f"runtime.gpus_per_trial is {gpus_per_trial} but the Ray cluster has no GPU: set "
+                           "gpus_per_trial: 0 to run on CPUs, or join a cluster with GPUs (--address)")
+    if cpus_per_trial > total.get("CPU", 0):
+        raise ClusterError(f"runtime.cpus_per_trial is {cpus_per_trial} but the Ray cluster has "
+                           f"{total.get('CPU', 0):g} CPUs: lower it")
 
 
 def auth_token_hint() -> str:
@@ -27,8 +47,12 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard
         # laptop or CI needs no open ports). Ray reads this once, when it is imported: set it first.
         # Not for --address: a driver joining a cluster must be reachable from the other nodes.
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import logging
+
     import ray
 
+    # once per start Ray warns that token authentication is on; README says how to use the token
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     if ray.is_initialized():
         return {"dashboard_url": None, "address": "already connected"}
     if address is None:

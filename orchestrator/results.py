@@ -6,6 +6,7 @@ collects the rows and writes the files. Cells that never ran are missing in ever
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -35,7 +36,7 @@ def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         row.update({"n_queries": e.get("n_queries"), "n_gallery": e.get("n_gallery"),
                     "n_dropped": len(e.get("dropped") or []), "faithful_renders": e.get("faithful_renders"),
                     "fallbacks": "; ".join(e.get("fallbacks") or []), "error": e.get("error"),
-                    "failed_batch": e.get("failed_batch"), "mlflow_run_id": e.get("mlflow_run_id"),
+                    "failed_batch": e.get("failed_batch"), "mlflow_runs": json.dumps(e.get("mlflow_runs") or {}),
                     "recorded_at": e.get("recorded_at")})
         rows.append(row)
     return rows

@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from orchestrator.grid import GridSpec, load_grid
 from orchestrator.ledger import TrialLedger
 from orchestrator.plan import Paths, Plan, build_plan
+from orchestrator.results import write_tables
+from orchestrator.tracking import Tracker, check_store, default_tracking_uri, store_key
 from workloads.spec import CLEAN, TrialSpec
 
 
@@ -31,6 +34,7 @@ class SubmitOptions:
     num_cpus: int | None = None               # local Ray only
     dry_run: bool = False
     only_failed: bool = False                 # resume: rerun failed cells only
+    incomplete: bool = False                  # resume: also rerun cells done with dropped (undecodable) queries
     rerun: bool = False                       # run every cell again, even successful ones
     dashboard: bool = True
 
@@ -55,14 +59,18 @@ def make_console() -> Console:
     return Console(highlight=False, soft_wrap=True)
 
 
-def select_trials(plan: Plan, ledger: TrialLedger, only_failed: bool, rerun: bool):
-    status = {t.key: ledger.status(t.key) for t in plan.trials}
+def select_trials(plan: Plan, ledger: TrialLedger, only_failed: bool, rerun: bool, incomplete: bool = False):
+    """The trials to run and every trial's ledger status ("ok", "failed", "missing"). `incomplete` also reruns cells
+    that finished with queries dropped (videos that could not be decoded then: fixed videos are picked up)."""
+    entries = {t.key: ledger.get(t.key) for t in plan.trials}
+    status = {k: "missing" if e is None else e["status"] for k, e in entries.items()}
     if rerun:
         todo = list(plan.trials)
     elif only_failed:
         todo = [t for t in plan.trials if status[t.key] == "failed"]
     else:
-        todo = [t for t in plan.trials if status[t.key] != "ok"]
+        todo = [t for t in plan.trials if status[t.key] != "ok"
+                or (incomplete and entries[t.key] and entries[t.key].get("dropped"))]
     return todo, status
 
 
@@ -158,14 +166,23 @@ def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
     t_start = time.time()
     grid = load_grid(grid_path)
     paths = Paths.make(opts.results_dir, opts.cache_dir)
+    if not opts.dry_run:  # what would fail later, checked before anything starts: the folders, then the store
+        check_writable(paths.results)
+        check_writable(paths.cache)
     ledger = TrialLedger(paths.ledger)
     plan = build_plan(grid, paths)
-    todo, status = select_trials(plan, ledger, opts.only_failed, opts.rerun)
+    todo, status = select_trials(plan, ledger, opts.only_failed, opts.rerun, opts.incomplete)
     done_before = sum(1 for s in status.values() if s == "ok")
     print_plan(plan, status, todo, console)
     report = SubmitReport(plan, len(todo), done_before)
     if opts.dry_run:
         return report
+
+    report.tracking_uri = opts.tracking_uri or default_tracking_uri(paths.results)
+    check_store(report.tracking_uri)
+    if not todo:  # nothing to run: no Ray; bring MLflow and the tables up to date from the ledger
+        return finish(plan, grid, ledger, report, console, t_start, summary=None, counts={"ok": 0, "failed": 0},
+                      status="FINISHED", submission=_submission_id())
 
     from orchestrator import ray_env
 
@@ -173,19 +190,34 @@ def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
     if info.get("dashboard_url"):
         console.print(f"Ray dashboard: {info['dashboard_url']}  ({ray_env.auth_token_hint()})")
     try:
-        return _run(plan, grid, todo, ledger, opts, report, console, t_start)
+        ray_env.check_resources(grid.runtime.gpus_per_trial, grid.runtime.cpus_per_trial)
+        return _run(plan, grid, todo, ledger, report, console, t_start)
     finally:
         if opts.address is None:
             ray_env.stop_ray()
 
 
-def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, opts: SubmitOptions, report: SubmitReport,
-         console: Console, t_start: float) -> SubmitReport:
+def check_writable(folder: Path) -> None:
+    """A folder we write (results: ledger, tables, MLflow store; cache) must take files: one line, up front."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-probe-{uuid.uuid4().hex[:8]}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise OSError(f"directory {folder} is not writable ({err.strerror or err}); choose another with "
+                      "--results-dir / --cache-dir") from None
+
+
+def _submission_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: SubmitReport, console: Console,
+         t_start: float) -> SubmitReport:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from orchestrator import render as render_stage
-    from orchestrator.results import write_tables
-    from orchestrator.tracking import Tracker, default_tracking_uri
     from orchestrator.tune import TrialEnvironment, run_trials
 
     paths = plan.paths
@@ -201,81 +233,129 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, opts: Subm
         console.print("  fallbacks used (non-faithful renders): " +
                       ", ".join(f"{k} x{v}" for k, v in summary.nonfaithful.items()))
 
-    tracking_uri = opts.tracking_uri or default_tracking_uri(paths.results)
-    tracker = Tracker(tracking_uri, paths.results)
-    submission = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-    parent = tracker.start_parent(grid, Path(grid.source).read_text(),
-                                  {"submission": submission, **plan.summary(), "to_run": len(todo),
-                                   "done_before": report.done_before})
-    report.parent_run_id, report.tracking_uri = parent, tracking_uri
-    console.print(f"MLflow: parent run {parent} in {tracking_uri}  "
-                  f"(mlflow ui --backend-store-uri {tracking_uri})")
+    tracker = Tracker(report.tracking_uri, paths.results)
+    submission = _submission_id()
+    parent = report.parent_run_id = start_parent(tracker, plan, report, submission)
+    console.print(f"MLflow: parent run {parent} in {report.tracking_uri}  "
+                  f"(mlflow ui --backend-store-uri {report.tracking_uri})")
+    sync_store(tracker, plan, ledger, lambda: parent, console)
 
-    # ledger entries that succeeded but never reached MLflow (driver died after the trial) are logged now
-    for t in plan.trials:
-        e = ledger.get(t.key)
-        if e and e["status"] == "ok" and not e.get("mlflow_run_id"):
-            ledger.update(t.key, mlflow_run_id=tracker.log_trial(parent, grid.name, e))
-
-    counts = {"ok": 0, "failed": 0}  # trials run by this submission (the recorder counts them)
+    rt = grid.runtime
+    env = TrialEnvironment(render_cache=str(paths.render), gallery_cache=str(paths.gallery),
+                           scores_dir=str(paths.scores(grid.name)) if rt.save_scores else None,
+                           checkpoints=checkpoints,
+                           datasets={n: {"root": d.root, "options": d.options} for n, d in plan.datasets.items()},
+                           use_gpu=rt.gpus_per_trial > 0, threads=max(1, int(rt.cpus_per_trial)))
+    progress = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(), console=console)
+    recorder = LiveRecorder(ledger, tracker, parent, grid.name, submission, progress,
+                            progress.add_task("trials", total=len(todo), failed=0))
     status = "FINISHED"
-    if todo:
-        rt = grid.runtime
-        env = TrialEnvironment(render_cache=str(paths.render), gallery_cache=str(paths.gallery),
-                               scores_dir=str(paths.scores(grid.name)) if rt.save_scores else None,
-                               checkpoints=checkpoints,
-                               datasets={n: {"root": d.root, "options": d.options} for n, d in plan.datasets.items()},
-                               use_gpu=rt.gpus_per_trial > 0, threads=max(1, int(rt.cpus_per_trial)))
-        progress = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(), console=console)
-        recorder = LiveRecorder(ledger, tracker, parent, grid.name, submission, progress,
-                                progress.add_task("trials", total=len(todo), failed=0))
-        try:
-            with progress:
-                run_trials(todo, env, storage_path=str(paths.grid_dir(grid.name) / "tune"), name=submission,
-                           cpus_per_trial=rt.cpus_per_trial, gpus_per_trial=rt.gpus_per_trial,
-                           max_failures=rt.max_failures, max_concurrent=rt.max_concurrent_trials,
-                           on_result=recorder.result, on_crash=recorder.crash)
-        except KeyboardInterrupt:
-            status = "KILLED"
-            console.print("[yellow]interrupted: finished trials are in the ledger; `resume` runs the rest[/]")
-        finally:
-            counts = recorder.counts
-            report.ok, report.failed = counts["ok"], counts["failed"]
-    entries = ledger.entries(t.key for t in plan.trials)
-    report.tables = write_tables(entries, paths.grid_dir(grid.name), grid)
-    n_ok = sum(e["status"] == "ok" for e in entries)
-    tracker.finish_parent(parent, {"trials_ok": n_ok, "trials_failed": sum(e["status"] == "failed" for e in entries),
-                                   "trials_missing": len(plan.trials) - len(entries), "ran_now_ok": counts["ok"],
-                                   "ran_now_failed": counts["failed"], "render_failed": summary.failed},
-                          report.tables, status if counts["failed"] == 0 else "FAILED")
-    report.seconds = time.time() - t_start
-    console.print(f"done in {report.seconds:.0f}s: {counts['ok']} trials ok, {counts['failed']} failed now; "
-                  f"{n_ok}/{len(plan.trials)} cells of the grid done")
-    for f in report.tables:
-        console.print(f"  {f}")
+    try:
+        with progress:
+            run_trials(todo, env, storage_path=str(paths.grid_dir(grid.name) / "tune"), name=submission,
+                       cpus_per_trial=rt.cpus_per_trial, gpus_per_trial=rt.gpus_per_trial,
+                       max_failures=rt.max_failures, max_concurrent=rt.max_concurrent_trials,
+                       on_result=recorder.result, on_crash=recorder.crash)
+    except KeyboardInterrupt:
+        status = "KILLED"
+        console.print(f"[yellow]interrupted: every finished trial is in the ledger; run the rest with: "
+                      f"python -m orchestrator resume {grid.source}[/]")
+    report.ok, report.failed = recorder.counts["ok"], recorder.counts["failed"]
+    finish(plan, grid, ledger, report, console, t_start, summary, recorder.counts, status, submission,
+           tracker if recorder.tracking else None)
     if status == "KILLED":
         raise KeyboardInterrupt
     return report
 
 
+def start_parent(tracker, plan: Plan, report: SubmitReport, submission: str) -> str:
+    closed = tracker.close_stale_parents(plan.grid.name)
+    parent = tracker.start_parent(plan.grid, Path(plan.grid.source).read_text(),
+                                  {"submission": submission, **plan.summary(), "to_run": report.to_run,
+                                   "done_before": report.done_before, "closed_stale_parents": len(closed)})
+    return parent
+
+
+def sync_store(tracker, plan: Plan, ledger: TrialLedger, parent, console: Console) -> int:
+    """Log to this store every trial of the plan the ledger holds and the store lacks (a driver killed between
+    the ledger and MLflow, a store that was down, another store); `parent()` gives the parent run."""
+    store = store_key(tracker.uri)
+    entries = ledger.entries(t.key for t in plan.trials)
+    created = tracker.sync(plan.grid.name, entries, parent, lambda key, rid: ledger.record_run(key, store, rid))
+    if created:
+        console.print(f"MLflow: {created} trials from the ledger logged to {tracker.uri} (missing there)")
+    return created
+
+
+def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport, console: Console, t_start: float,
+           summary, counts: dict[str, int], status: str, submission: str, tracker=None) -> SubmitReport:
+    """Tables from the ledger, and the MLflow parent closed with them. Without a run (nothing to do) a parent run is
+    made only when the store lacks some of the grid's trials."""
+    paths = plan.paths
+    entries = ledger.entries(t.key for t in plan.trials)
+    report.tables = write_tables(entries, paths.grid_dir(grid.name), grid)
+    n_ok = sum(e["status"] == "ok" for e in entries)
+    try:
+        if summary is None:  # nothing ran: sync only, with a parent run only when something is logged
+            tracker = Tracker(report.tracking_uri, paths.results)
+            tracker.close_stale_parents(grid.name)
+
+            def parent_on_demand() -> str:
+                if report.parent_run_id is None:
+                    report.parent_run_id = start_parent(tracker, plan, report, submission)
+                return report.parent_run_id
+
+            sync_store(tracker, plan, ledger, parent_on_demand, console)
+        if tracker is not None and report.parent_run_id:
+            failed = sum(e["status"] == "failed" for e in entries)
+            tracker.finish_parent(report.parent_run_id, {
+                "trials_ok": n_ok, "trials_failed": failed, "trials_missing": len(plan.trials) - len(entries),
+                "ran_now_ok": counts["ok"], "ran_now_failed": counts["failed"],
+                "render_failed": summary.failed if summary is not None else 0},
+                report.tables, status if counts["failed"] == 0 or status == "KILLED" else "FAILED")
+    except Exception as err:  # the ledger and tables are safe; the next submit or `sync` updates the store
+        console.print(f"[yellow]MLflow store {report.tracking_uri} not updated ({type(err).__name__}: "
+                      f"{str(err).splitlines()[0] if str(err) else ''}); results are in the ledger: "
+                      f"python -m orchestrator sync {grid.source} brings the store up to date[/]")
+    report.seconds = time.time() - t_start
+    console.print(f"done in {report.seconds:.0f}s: {counts['ok']} trials ok, {counts['failed']} failed now; "
+                  f"{n_ok}/{len(plan.trials)} cells of the grid done")
+    for f in report.tables:
+        console.print(f"  {f}")
+    return report
+
+
 class LiveRecorder:
     """The driver's side of every finished trial, in this order: the ledger (so nothing is lost if anything after
-    fails), its MLflow child run, a console line and the progress bar."""
+    fails), its MLflow child run, a console line and the progress bar. When the tracking store stops answering,
+    logging stops for the rest of the submission (one message); the ledger keeps everything and the next submit or
+    `sync` brings the store up to date."""
 
     def __init__(self, ledger: TrialLedger, tracker, parent: str, grid_name: str, submission: str, progress, task):
         self.ledger, self.tracker, self.parent = ledger, tracker, parent
+        self.store = store_key(tracker.uri)
         self.grid_name, self.submission = grid_name, submission
         self.progress, self.task = progress, task
         self.counts = {"ok": 0, "failed": 0}
+        self.tracking = True
 
     def result(self, result: dict[str, Any]) -> None:
-        entry = self.ledger.put(result, submission=self.submission)
         try:
-            run_id = self.tracker.log_trial(self.parent, self.grid_name, entry)
-            self.ledger.update(result["key"], mlflow_run_id=run_id)
-        except Exception as err:  # tracking trouble must not lose the result: the ledger has it
-            self.progress.console.print(f"[yellow]MLflow logging failed for {result['key']}: {err}[/]")
+            entry = self.ledger.put(result, submission=self.submission)
+        except OSError as err:  # a full or read-only disk: say so once per trial, in one line, and go on
+            self.progress.console.print(f"[red]ledger write failed for {result['key']} ({err.strerror or err}): "
+                                        f"free space under {self.ledger.root} and resume[/]")
+            entry = None
+        if entry is not None and self.tracking:
+            try:
+                self.ledger.record_run(result["key"], self.store,
+                                       self.tracker.log_trial(self.parent, self.grid_name, entry))
+            except Exception as err:  # tracking trouble must not lose the result: the ledger has it
+                self.tracking = False
+                self.progress.console.print(
+                    f"[yellow]MLflow store {self.tracker.uri} stopped answering ({type(err).__name__}); results "
+                    f"stay in the ledger and the next submit (or `python -m orchestrator sync`) logs them[/]")
         ok = result["status"] == "ok"
         self.counts["ok" if ok else "failed"] += 1
         spec = TrialSpec.from_dict(result["spec"])
@@ -283,7 +363,7 @@ class LiveRecorder:
             m = result["metrics"]
             line = f"R@1 {m['R1']:5.1f}  skew {m['hub_skewness']:5.2f}  ({result['timings'].get('total_s', 0):.1f}s)"
         else:
-            line = f"[red]FAILED[/] {result['error']}"
+            line = f"[red]FAILED[/] {escape(str(result['error']))}"
         where = spec.dataset if spec.source_dataset in ("", spec.dataset) else f"{spec.source_dataset}->{spec.dataset}"
         self.progress.console.print(f"  {where:12s} {spec.backbone:9s} {spec.method_label:12s} {spec.direction} "
                                     f"{spec.cell:22s} {line}")

@@ -2,6 +2,11 @@
 
 Only the driver logs (one writer: sqlite stays free of "database is locked"). Runs are addressed by id through
 `MlflowClient`, never through the fluent active-run state, so logging from a Tune callback is safe.
+
+The ledger is the record; MLflow is a view of it. Each ledger entry lists the run it has in each store
+(`mlflow_runs: {store uri: run id}`), and `sync` logs every entry a store lacks — checked against the store itself
+(runs are tagged with their trial key and status), so a store that went away mid-run, a second store, or a driver
+killed between the ledger write and the MLflow write never loses a result and never gets one twice.
 """
 from __future__ import annotations
 
@@ -11,9 +16,14 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from workloads.spec import TrialSpec
+
+# a dead tracking server must not stall the driver for minutes per trial (MLflow's defaults retry 7 times with
+# back-off): fail a call within seconds; the ledger keeps the result and `sync` logs it later
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
 
 # MLflow 3's UI opens experiments without this tag in its GenAI (traces) view; ours are runs to compare
 KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
@@ -26,6 +36,41 @@ TAG_AXES = ("scenario", "dataset", "source_dataset", "direction", "perturbation"
 
 def default_tracking_uri(results_dir: str | os.PathLike) -> str:
     return f"sqlite:///{Path(results_dir).resolve() / 'mlflow.db'}"
+
+
+class TrackingUnavailable(RuntimeError):
+    """The tracking store cannot be reached or written; the message is one line with what to do."""
+
+
+def check_store(tracking_uri: str, timeout: float = 5.0) -> None:
+    """Fail fast, before Ray starts, when the store is unreachable: an http(s) server must answer /health within
+    `timeout`; a sqlite file's folder must be writable. (MLflow's own client retries for minutes, then prints a
+    traceback.)"""
+    if tracking_uri.startswith(("http://", "https://")):
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health", timeout=timeout) as resp:
+                if resp.status == 200:
+                    return
+                problem = f"answered HTTP {resp.status}"
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            problem = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
+        raise TrackingUnavailable(
+            f"MLflow tracking server {tracking_uri} is not reachable ({problem}); start it (mlflow server "
+            f"--backend-store-uri sqlite:///PATH/mlflow.db --host 127.0.0.1 --port 5000) or drop --tracking-uri to "
+            f"use the local sqlite store")
+    if tracking_uri.startswith("sqlite:///"):
+        folder = Path(tracking_uri[len("sqlite:///"):]).parent
+        existing = next(p for p in (folder, *folder.parents) if p.exists())   # the folder or what would hold it
+        if not existing.is_dir() or not os.access(existing, os.W_OK):
+            raise TrackingUnavailable(f"MLflow store {tracking_uri}: folder {folder} is not writable")
+
+
+def store_key(tracking_uri: str) -> str:
+    """How a store is named in ledger entries (`mlflow_runs`)."""
+    return tracking_uri.rstrip("/")
 
 
 class Tracker:
@@ -52,10 +97,13 @@ class Tracker:
         return self.client.create_experiment(name, artifact_location=artifact_location, tags={KIND_TAG: KIND})
 
     def start_parent(self, grid, grid_text: str, summary: dict[str, Any]) -> str:
+        import platform
+
         exp = self.experiment(grid.name)
         run = self.client.create_run(exp, run_name=f"{grid.name} submission",
                                      tags={"mlvp.kind": "submission", "mlvp.grid": grid.name,
-                                           "mlvp.grid_file": grid.source})
+                                           "mlvp.grid_file": grid.source, "mlvp.host": platform.node(),
+                                           "mlvp.pid": str(os.getpid())})
         rid = run.info.run_id
         params = {k: v for k, v in summary.items() if isinstance(v, (str, int, float, bool))}
         self._log_batch(rid, params=params)
@@ -96,6 +144,63 @@ class Tracker:
         self.client.set_terminated(rid, status="FINISHED" if entry["status"] == "ok" else "FAILED")
         return rid
 
+    def close_stale_parents(self, grid_name: str) -> list[str]:
+        """Submissions of this grid whose driver died (killed, machine reset) leave their parent run RUNNING; close
+        the ones started on this host by a process that no longer exists as KILLED, with the number of trials they
+        had logged. Parents on other hosts are left alone (this host cannot tell whether they still run)."""
+        import platform
+
+        exp = self.client.get_experiment_by_name(f"mlvp/{grid_name}")
+        if exp is None:
+            return []
+        closed = []
+        for run in self.client.search_runs([exp.experiment_id], "tags.`mlvp.kind` = 'submission' and "
+                                           "attributes.status = 'RUNNING'", max_results=1000):
+            tags = run.data.tags
+            if tags.get("mlvp.host") != platform.node() or _alive(tags.get("mlvp.pid")):
+                continue
+            children = self.client.search_runs([exp.experiment_id],
+                                               f"tags.mlflow.parentRunId = '{run.info.run_id}'", max_results=50000)
+            self._log_batch(run.info.run_id, metrics={"trials_logged": len(children)})
+            self.client.set_tag(run.info.run_id, "mlvp.closed_by", f"a later submission ({os.getpid()})")
+            self.client.set_terminated(run.info.run_id, status="KILLED")
+            closed.append(run.info.run_id)
+        return closed
+
+    def trial_runs(self, grid_name: str) -> dict[tuple[str, str], str]:
+        """(trial key, status) -> run id of every trial run this store holds for the grid."""
+        exp = self.client.get_experiment_by_name(f"mlvp/{grid_name}")
+        out: dict[tuple[str, str], str] = {}
+        if exp is None:
+            return out
+        token = None
+        while True:
+            page = self.client.search_runs([exp.experiment_id], "tags.`mlvp.kind` = 'trial'", max_results=5000,
+                                           page_token=token)
+            for run in page:
+                tags = run.data.tags
+                out.setdefault((tags.get("mlvp.trial_key", ""), tags.get("mlvp.status", "")), run.info.run_id)
+            token = page.token
+            if not token:
+                return out
+
+    def sync(self, grid_name: str, entries: list[dict[str, Any]], parent: Callable[[], str],
+             record: Callable[[str, str], None]) -> int:
+        """Log every ledger entry this store lacks (by trial key and status) as a child run of `parent()` (called
+        only when something is logged), and `record(trial key, run id)` for every entry whose run in this store the
+        ledger did not know yet. Returns the number of runs created."""
+        have = self.trial_runs(grid_name)
+        store, created, parent_id = store_key(self.uri), 0, None
+        for e in entries:
+            rid = have.get((e["key"], e["status"]))
+            if rid is None:
+                parent_id = parent_id or parent()
+                rid = self.log_trial(parent_id, grid_name, e)
+                created += 1
+            if (e.get("mlflow_runs") or {}).get(store) != rid:
+                record(e["key"], rid)
+        return created
+
     def finish_parent(self, parent_id: str, metrics: dict[str, float], files: list[Path], status: str) -> None:
         self._log_batch(parent_id, metrics=metrics)
         for f in files:
@@ -125,6 +230,16 @@ class Tracker:
                 p = Path(d) / name
                 p.write_text(content if isinstance(content, str) else json.dumps(content))
             self.client.log_artifacts(run_id, d)
+
+
+def _alive(pid: str | None) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (TypeError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def _label(spec: dict[str, Any]) -> str:

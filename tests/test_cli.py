@@ -21,7 +21,15 @@ def cli(*args, cwd=None):
                           env={**os.environ, "COLUMNS": "200"}, timeout=600)
 
 
-@pytest.mark.parametrize("command", ["submit", "plan", "status", "resume", "report", "render"])
+def _commands() -> list[str]:
+    import argparse
+
+    from orchestrator.__main__ import _parser
+
+    return list(next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)).choices)
+
+
+@pytest.mark.parametrize("command", _commands())
 def test_every_command_has_help_with_an_example(command):
     out = cli(command, "--help")
     assert out.returncode == 0 and "usage:" in out.stdout and "example" in out.stdout

@@ -32,7 +32,7 @@ def test_submit_runs_every_cell_logs_mlflow_writes_tables_and_resubmit_reuses(tm
     # ledger: every cell ok, with metrics and an MLflow run id
     ledger = TrialLedger(results / "ledger")
     entries = [ledger.get(t.key) for t in plan.trials]
-    assert all(e["status"] == "ok" and e["mlflow_run_id"] for e in entries)
+    assert all(e["status"] == "ok" and list(e["mlflow_runs"]) == [report.tracking_uri] for e in entries)
     assert all(e["n_queries"] == 40 and e["n_gallery"] == 40 for e in entries)
 
     # Parquet: one row per trial with the axes and metrics
@@ -70,13 +70,19 @@ def test_submit_runs_every_cell_logs_mlflow_writes_tables_and_resubmit_reuses(tm
     by_key = {r.data.tags["mlvp.trial_key"]: r for r in children}
     e = entries[0]
     assert by_key[e["key"]].data.metrics["R1"] == pytest.approx(e["metrics"]["R1"])
+    assert e["mlflow_runs"][report.tracking_uri] == by_key[e["key"]].info.run_id
     artifacts = [a.path for a in client.list_artifacts(report.parent_run_id, "tables")]
     assert "tables/trials.parquet" in artifacts
 
-    # second submission: nothing trains, renders or runs again
+    # second submission: nothing trains, renders or runs again; Ray is not even started, no empty parent run is
+    # added (the store already holds every trial), and the tables are rebuilt from the ledger
+    import ray
+
+    (results / "micro" / "trials.parquet").unlink()
     again = submit(str(grid_file), opts)
-    assert again.to_run == 0 and again.render.rendered == 0 and again.render.reused == 200
+    assert again.to_run == 0 and again.render is None and again.parent_run_id is None and not ray.is_initialized()
     assert len(pq.read_table(results / "micro" / "trials.parquet")) == 20
+    assert len(client.search_runs([exp.experiment_id], "tags.`mlvp.kind` = 'submission'")) == 1
 
 
 def test_dry_run_counts_without_starting_ray(tmp_path, shared_cache):

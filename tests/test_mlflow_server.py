@@ -75,3 +75,16 @@ def test_submit_logs_parent_and_children_to_a_tracking_server(tmp_path, shared_c
     # artifacts went through the server: the k-occurrence histogram of a trial and the parent's tables
     assert "k_occurrence.json" in [a.path for a in client.list_artifacts(children[0].info.run_id)]
     assert "tables/trials.parquet" in [a.path for a in client.list_artifacts(report.parent_run_id, "tables")]
+
+    # the same ledger, a second store: `sync` logs every trial there once; the server gets nothing twice
+    from orchestrator.__main__ import main
+    from orchestrator.tracking import default_tracking_uri
+
+    common = ["--results-dir", str(tmp_path / "results"), "--cache-dir", str(shared_cache)]
+    assert main(["sync", str(grid_file), *common]) == 0
+    local = MlflowClient(default_tracking_uri(tmp_path / "results"))
+    local_runs = local.search_runs([local.get_experiment_by_name("mlvp/srv").experiment_id],
+                                   "tags.`mlvp.kind` = 'trial'")
+    assert len(local_runs) == 4
+    assert main(["sync", str(grid_file), *common, "--tracking-uri", mlflow_server]) == 0
+    assert len(client.search_runs([exp.experiment_id], "tags.`mlvp.kind` = 'trial'")) == 4
