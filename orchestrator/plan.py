@@ -14,6 +14,7 @@ from pathlib import Path
 
 from orchestrator.grid import GridError, GridSpec
 from orchestrator.scenarios.base import PRETRAINED
+from workloads.mixing import Mix
 from workloads.spec import CLEAN, TrialSpec
 
 
@@ -245,13 +246,20 @@ def build_plan(grid: GridSpec, paths: Paths) -> Plan:
     models = _plan_models(grid, datasets, sources, paths)
     resolution = grid.runtime.resolution or _image_size(grid.models.clip_model)
 
-    # video renders per target: v2t queries at their own perturbation; t2v galleries (and clean v2t) clean clips
+    # video renders per target: v2t queries at their own perturbation (a mix: every cell it can draw, and the clean
+    # clips of the queries it spares); t2v galleries (and clean v2t) clean clips
     renders: dict[str, list[tuple[str, int]]] = {}
     for _, cell in cells:
-        need = (cell.perturbation, cell.severity) if cell.direction == "v2t" else (CLEAN, 0)
-        renders.setdefault(cell.dataset, [])
-        if need not in renders[cell.dataset]:
-            renders[cell.dataset].append(need)
+        if cell.direction != "v2t":
+            needs = [(CLEAN, 0)]
+        elif cell.mix:
+            needs = [(CLEAN, 0), *Mix.from_json(cell.mix).cells()]
+        else:
+            needs = [(cell.perturbation, cell.severity)]
+        for need in needs:
+            renders.setdefault(cell.dataset, [])
+            if need not in renders[cell.dataset]:
+                renders[cell.dataset].append(need)
 
     from orchestrator.assets import asset_version
     from workloads.perturbations.video import get as perturbation_info
@@ -270,6 +278,11 @@ def build_plan(grid: GridSpec, paths: Paths) -> Plan:
     rt = grid.runtime
     trials: list[TrialSpec] = []
     for scenario, cell in cells:
+        if cell.mix:  # each type the mix draws renders with its own assets
+            assets = json.dumps({p: render_assets[(cell.dataset, p)] for p in Mix.from_json(cell.mix).perturbations
+                                 if render_assets.get((cell.dataset, p))}, sort_keys=True)
+        else:
+            assets = render_assets.get((cell.dataset, cell.perturbation), "")
         for backbone in grid.backbones:
             model = models[(backbone, cell.source)]
             for entry in grid.methods:
@@ -281,7 +294,7 @@ def build_plan(grid: GridSpec, paths: Paths) -> Plan:
                     model_version=model.version, data_version=datasets[cell.dataset].version,
                     batch_size=rt.batch_size, steps=rt.steps, num_frames=rt.num_frames, resolution=resolution,
                     precision=rt.precision, hub_k=rt.hub_k, options=json.dumps(options),
-                    render_assets=render_assets.get((cell.dataset, cell.perturbation), ""), variant=variant))
+                    render_assets=assets, variant=variant, mix=cell.mix))
     return Plan(grid, paths, datasets, models, trials, renders, resolution, render_assets, embedders)
 
 

@@ -136,13 +136,19 @@ def test_qgs_tables_have_the_paper_layout_and_missing_cells_stay_missing(tmp_pat
 
 def test_every_scenario_plans_from_its_own_section(tmp_path, shared_cache):
     grid = load_grid(qgs_grid(tmp_path / "g.yaml"))
-    grid_qs = parse_grid({"name": "qs", "datasets": {"synthetic": {"options": {"n_train": 96, "n_test": 40,
-                                                                               "size": 32}}},
-                          "models": {"clip_model": "mlvp-micro"}, "backbones": ["clip4clip"], "methods": ["source"],
-                          "query_shift": {"datasets": ["synthetic"], "perturbations": []}}, "qs.yaml")
-    planned = {t.scenario for g in (grid, grid_qs) for t in build_plan(g, Paths.make(tmp_path / "r",
-                                                                                       shared_cache)).trials}
+    micro = {"name": "qs", "datasets": {"synthetic": {"options": {"n_train": 96, "n_test": 40, "size": 32}}},
+             "models": {"clip_model": "mlvp-micro"}, "backbones": ["clip4clip"], "methods": ["source"]}
+    grid_qs = parse_grid({**micro, "query_shift": {"datasets": ["synthetic"], "perturbations": []},
+                          "mixed_shift": {"datasets": ["synthetic"], "type_mix": {}}}, "qs.yaml")
+    plans = [build_plan(g, Paths.make(tmp_path / "r", shared_cache)) for g in (grid, grid_qs)]
+    planned = {t.scenario for plan in plans for t in plan.trials}
     assert planned == set(SCENARIOS.names())
+    # and each writes the tables it names (one stand-in result per trial)
+    for g, plan in zip((grid, grid_qs), plans):
+        entries = [{"key": t.key, "spec": t.to_dict(), "status": "ok", "metrics": {"R1": 1.0, "R5": 2.0,
+                                                                                   "R10": 3.0}} for t in plan.trials]
+        files = {f.name for f in write_tables(entries, tmp_path / g.name, g)}
+        assert {f"{s.prefix}_tables.md" for s in g.scenarios.values()} <= files
 
 
 @pytest.mark.slow

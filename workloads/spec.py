@@ -21,6 +21,10 @@ def cell_label(perturbation: str, severity: int) -> str:
     return perturbation if not severity else f"{perturbation}-{severity}"
 
 
+# field -> default of the fields added to TrialSpec after keys were first recorded (see TrialSpec.key)
+_ADDED_FIELDS = {"mix": ""}
+
+
 @dataclass(frozen=True)
 class TrialSpec:
     dataset: str                 # target dataset (queries and gallery)
@@ -43,15 +47,24 @@ class TrialSpec:
     precision: str = "fp32"
     hub_k: int = 10
     options: str = "{}"          # method options (lr override, ablation switches) as canonical JSON
-    render_assets: str = ""      # version of the perturbation's assets (weights, boxes, distractors); "" = none
+    render_assets: str = ""      # version of the perturbation's assets (weights, boxes, distractors); "" = none;
+                                 # for a mix: canonical JSON {perturbation: version}
     variant: str = ""            # the grid's name for a method variant (ablation row); "" = the plain method
+    mix: str = ""                # a mixed shift (workloads/mixing.py, canonical JSON); "" = one perturbation
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {self.direction!r}")
         if not self.scenario:
             raise ValueError("scenario must name a registered scenario")
-        if (self.perturbation == CLEAN) != (self.severity == 0):
+        if self.mix:
+            if self.severity != 0 or self.perturbation == CLEAN:
+                raise ValueError(f"a mixed cell names its column (a type, or 'mixed') at severity 0; got "
+                                 f"{self.perturbation!r} at severity {self.severity}")
+            from workloads.mixing import Mix
+
+            object.__setattr__(self, "mix", Mix.from_json(self.mix).to_json())
+        elif (self.perturbation == CLEAN) != (self.severity == 0):
             raise ValueError(f"clean trials have severity 0 and perturbed ones 1..; got {self.perturbation!r} "
                              f"at severity {self.severity}")
         # canonicalise options so equal dicts give equal keys
@@ -63,12 +76,26 @@ class TrialSpec:
 
     @property
     def key(self) -> str:
-        """Content hash of the spec and the code versions it depends on: the trial ledger's index."""
-        return digest({"spec": asdict(self), "trial": TRIAL_VERSION, "render": RENDER_VERSION}, length=20)
+        """Content hash of the spec and the code versions it depends on: the trial ledger's index. Fields added
+        after the first release are left out while at their default, so every earlier key stays valid."""
+        spec = {k: v for k, v in asdict(self).items() if not (k in _ADDED_FIELDS and v == _ADDED_FIELDS[k])}
+        return digest({"spec": spec, "trial": TRIAL_VERSION, "render": RENDER_VERSION}, length=20)
 
     @property
     def cell(self) -> str:
+        if self.mix:
+            from workloads.mixing import Mix
+
+            mix = Mix.from_json(self.mix)
+            return (f"mixed-{round(100 * mix.fraction)}" if self.perturbation == "mixed"
+                    else f"{self.perturbation}-mixed")
         return cell_label(self.perturbation, self.severity)
+
+    def assets_for(self, perturbation: str) -> str:
+        """The asset version a query clip at `perturbation` renders with in this trial."""
+        if self.mix:
+            return json.loads(self.render_assets or "{}").get(perturbation, "")
+        return self.render_assets if perturbation == self.perturbation else ""
 
     @property
     def label(self) -> str:

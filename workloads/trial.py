@@ -86,20 +86,30 @@ def load_model(spec: TrialSpec, ctx: TrialContext) -> VideoTextModel:
 def render_key(spec: TrialSpec, video_id: str, perturbation: str | None = None, severity: int | None = None
                ) -> RenderKey:
     """The render cache key of one query clip of this trial (its own perturbation unless another is given)."""
-    own = perturbation is None or perturbation == spec.perturbation
+    perturbation = spec.perturbation if perturbation is None else perturbation
     return RenderKey(dataset=spec.dataset, data_version=spec.data_version, video_id=video_id,
-                     perturbation=spec.perturbation if perturbation is None else perturbation,
-                     severity=spec.severity if severity is None else severity, seed=spec.seed,
-                     num_frames=spec.num_frames, resolution=spec.resolution,
-                     assets=spec.render_assets if own else "")
+                     perturbation=perturbation, severity=spec.severity if severity is None else severity,
+                     seed=spec.seed, num_frames=spec.num_frames, resolution=spec.resolution,
+                     assets=spec.assets_for(perturbation))
 
 
-def _load_clips(spec: TrialSpec, cache: RenderCache, test: Split, perturbation: str, severity: int
+def query_cells(spec: TrialSpec, n_queries: int) -> list[tuple[str, int]]:
+    """(perturbation, severity) of each query in stream order: the trial's own cell, or each query's draw of a
+    mixed shift (workloads/mixing.py)."""
+    if spec.mix:
+        from workloads.mixing import Mix
+
+        return Mix.from_json(spec.mix).draws(spec.dataset, n_queries, spec.seed)
+    return [(spec.perturbation, spec.severity)] * n_queries
+
+
+def _load_clips(spec: TrialSpec, cache: RenderCache, test: Split, cells: list[tuple[str, int]]
                 ) -> tuple[list[int], list[dict], list[dict]]:
-    """Which pairs have a clip in the cache; the others with the reason they are dropped; metas of the good ones.
-    Only the small meta member is read here (`probe`); frames are read and checksummed batch by batch later."""
+    """Which pairs have their clip (at the row's cell) in the cache; the others with the reason they are dropped;
+    metas of the good ones. Only the small meta member is read here (`probe`); frames are read and checksummed batch
+    by batch later."""
     ok, dropped, metas = [], [], []
-    for i, pair in enumerate(test.pairs):
+    for i, (pair, (perturbation, severity)) in enumerate(zip(test.pairs, cells)):
         key = render_key(spec, pair.video_id, perturbation, severity)
         try:
             meta = cache.probe(key)
@@ -113,12 +123,11 @@ def _load_clips(spec: TrialSpec, cache: RenderCache, test: Split, perturbation: 
 
 
 def _clip_batches(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, test: Split, rows: list[int],
-                  perturbation: str, severity: int):
-    """Yield QueryBatches of preprocessed clips, reading only one batch of clips at a time."""
+                  cells: list[tuple[str, int]]):
+    """Yield QueryBatches of preprocessed clips (row i at cells[i]), reading only one batch of clips at a time."""
     for b, start in enumerate(range(0, len(rows), spec.batch_size)):
         chunk = rows[start:start + spec.batch_size]
-        frames = np.stack([_read_clip(cache, render_key(spec, test.pairs[i].video_id, perturbation, severity))
-                           for i in chunk])
+        frames = np.stack([_read_clip(cache, render_key(spec, test.pairs[i].video_id, *cells[i])) for i in chunk])
         yield QueryBatch(b, model.preprocess_frames(torch.from_numpy(frames)))
 
 
@@ -156,7 +165,7 @@ def encode_gallery(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, t
                                for s in range(0, len(captions), 64)])
         else:
             feats = torch.cat([model.encode_frames(batch.inputs) for batch in
-                               _clip_batches(spec, model, cache, test, rows, CLEAN, 0)])
+                               _clip_batches(spec, model, cache, test, rows, [(CLEAN, 0)] * len(test))])
     feats = feats.float()
     if path is not None:
         with atomic_path(path) as tmp:
@@ -189,7 +198,8 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
 
         if spec.direction == "v2t":
             gallery_rows = list(range(len(test)))
-            query_rows, dropped, metas = _load_clips(spec, cache, test, spec.perturbation, spec.severity)
+            cells = query_cells(spec, len(test))
+            query_rows, dropped, metas = _load_clips(spec, cache, test, cells)
             gt = np.asarray(query_rows)                      # caption i matches video i (one caption per video)
             result.faithful_renders = float(np.mean([m["faithful"] for m in metas])) if metas else None
             result.fallbacks = sorted({m["fallback"] for m in metas if m.get("fallback")})
@@ -197,7 +207,7 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
             if spec.perturbation != CLEAN:
                 raise NotImplementedError(f"text perturbation {spec.perturbation!r}: t2v query shift supports only "
                                           "clean queries so far (text perturbations are a separate issue)")
-            gallery_rows, dropped, _ = _load_clips(spec, cache, test, CLEAN, 0)
+            gallery_rows, dropped, _ = _load_clips(spec, cache, test, [(CLEAN, 0)] * len(test))
             query_rows = gallery_rows                        # a caption whose video failed has no match: drop it
             gt = np.arange(len(query_rows))
         result.dropped = dropped
@@ -210,7 +220,7 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
         method = create_method(spec.method, model, spec.direction, gallery, steps=spec.steps,
                                faithful=spec.faithful, precision=spec.precision, **spec.method_options)
         if spec.direction == "v2t":
-            batches = _clip_batches(spec, model, cache, test, query_rows, spec.perturbation, spec.severity)
+            batches = _clip_batches(spec, model, cache, test, query_rows, cells)
         else:
             captions = [test.pairs[i].caption for i in query_rows]
             tokens = model.tokenize(captions)

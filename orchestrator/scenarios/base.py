@@ -27,6 +27,7 @@ class Cell:
     source: str                  # dataset the checkpoint was fine-tuned on, or PRETRAINED
     perturbation: str = CLEAN    # a perturbation of the query modality (video for v2t, text for t2v)
     severity: int = 0
+    mix: str = ""                # a mixed shift: each query draws its own cell (workloads/mixing.py)
 
 
 @dataclass

@@ -1,0 +1,126 @@
+"""Mixed query shift (the paper's appendix D.2): queries of one stream perturbed differently from one another.
+
+- `severity_mix` (Table 17): for each listed type, every query corrupted by that type at a severity drawn per query
+  from `severities` (1-5 by default). One cell per type; table columns the types, then their average.
+- `type_mix` (Table 18): for each fraction, that share of the queries corrupted, each by a type and a severity drawn
+  from the lists (every registered type and 1-5 by default), the rest clean. One cell per fraction; columns the
+  fractions, then their average.
+Each dataset with its own checkpoint, as query shift; the draws are in the trial key (workloads/mixing.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from orchestrator.scenarios import register_scenario
+from orchestrator.scenarios.base import Cell, ResultTable, Scenario, TableOrder, ordered_rows, successful
+from workloads.mixing import Mix
+
+
+@dataclass
+class SeverityMixConfig:
+    perturbations: list[str] | str = "all"           # types, or "all" registered video types
+    severities: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
+
+
+@dataclass
+class TypeMixConfig:
+    fractions: list[float] = field(default_factory=lambda: [0.2, 0.4, 0.6, 0.8])
+    perturbations: list[str] | str = "all"
+    severities: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
+
+
+@dataclass
+class MixedShiftConfig:
+    datasets: list[str] = field(default_factory=list)
+    directions: list[str] = field(default_factory=lambda: ["v2t"])
+    severity_mix: SeverityMixConfig | None = None
+    type_mix: TypeMixConfig | None = None
+
+
+MIXED = "mixed"   # the perturbation column of a type-mix cell
+
+
+@register_scenario("mixed_shift", order=3)
+class MixedShift(Scenario):
+    section = "mixed_shift"
+    Config = MixedShiftConfig
+    prefix = "mixed"
+    title = "Mixed query-shift tables"
+
+    def _types(self, chosen) -> list[str]:
+        from orchestrator.grid import known_video_perturbations
+
+        return known_video_perturbations() if chosen == "all" else list(chosen)
+
+    def check(self, grid) -> None:
+        from orchestrator.grid import GridError, check_names, known_video_perturbations
+
+        c, where = self.config, "mixed_shift"
+        check_names(f"{where}.datasets", c.datasets, list(grid.datasets), "dataset (declare it under datasets:)")
+        check_names(f"{where}.directions", c.directions, ["v2t"], "direction (mixed text shifts: not yet)")
+        if not c.datasets:
+            raise GridError(f"{where}.datasets: list at least one dataset")
+        if c.severity_mix is None and c.type_mix is None:
+            raise GridError(f"{where}: give severity_mix (Table 17), type_mix (Table 18) or both")
+        for name, part in (("severity_mix", c.severity_mix), ("type_mix", c.type_mix)):
+            if part is None:
+                continue
+            if isinstance(part.perturbations, str) and part.perturbations != "all":
+                raise GridError(f"{where}.{name}.perturbations: a list of video perturbations or 'all', got "
+                                f"{part.perturbations!r}")
+            if part.perturbations != "all":
+                check_names(f"{where}.{name}.perturbations", part.perturbations, known_video_perturbations(),
+                            "video perturbation")
+            check_names(f"{where}.{name}.severities", part.severities, [1, 2, 3, 4, 5], "severity")
+            if not part.severities or not self._types(part.perturbations):
+                raise GridError(f"{where}.{name}: list at least one perturbation and one severity")
+        if c.type_mix is not None:
+            for i, f in enumerate(c.type_mix.fractions):
+                if not 0.0 < f <= 1.0:
+                    raise GridError(f"{where}.type_mix.fractions[{i}]: a share of the queries in (0, 1], got {f}")
+            if not c.type_mix.fractions:
+                raise GridError(f"{where}.type_mix.fractions: list at least one fraction")
+
+    def cells(self, grid) -> list[Cell]:
+        c, out = self.config, []
+        for ds in c.datasets:
+            for direction in c.directions:
+                if c.severity_mix is not None:
+                    for p in self._types(c.severity_mix.perturbations):
+                        mix = Mix((p,), tuple(c.severity_mix.severities))
+                        out.append(Cell(ds, direction, ds, p, 0, mix.to_json()))
+                if c.type_mix is not None:
+                    types = tuple(self._types(c.type_mix.perturbations))
+                    for f in c.type_mix.fractions:
+                        out.append(Cell(ds, direction, ds, MIXED, 0, Mix(types, tuple(c.type_mix.severities),
+                                                                         float(f)).to_json()))
+        return out
+
+    def tables(self, grid, df: pd.DataFrame, order: TableOrder, metric: str | None = None) -> list[ResultTable]:
+        ok = successful(df, self.name)
+        metric = metric or "R1"
+        out = []
+        for (ds, direction), part in ok.groupby(["dataset", "direction"], sort=False):
+            by_type = part[part["perturbation"] != MIXED]
+            if len(by_type):
+                table = by_type.pivot_table(index=["backbone", "row"], columns="perturbation", values=metric,
+                                            aggfunc="first")
+                cols = [p for p in order.perturbations.get(direction, []) if p in table.columns]
+                table = table[cols]
+                table["Avg"] = table[cols].mean(axis=1)
+                out.append(ResultTable("mixed_severities", f"{metric}: {ds}, {direction}, mixed severities per type",
+                                       ordered_rows(table, order), 1, {"dataset": ds, "direction": direction}))
+            by_fraction = part[part["perturbation"] == MIXED].copy()
+            if len(by_fraction):
+                by_fraction["fraction"] = [f"{round(100 * Mix.from_json(m).fraction)}%" for m in by_fraction["mix"]]
+                table = by_fraction.pivot_table(index=["backbone", "row"], columns="fraction", values=metric,
+                                                aggfunc="first")
+                cols = sorted(table.columns, key=lambda c: int(c[:-1]))
+                table = table[cols]
+                table["Avg"] = table[cols].mean(axis=1)
+                out.append(ResultTable("mixed_types", f"{metric}: {ds}, {direction}, share of queries corrupted by "
+                                       "random types", ordered_rows(table, order), 1,
+                                       {"dataset": ds, "direction": direction}))
+        return out
