@@ -369,3 +369,22 @@ def test_from_hf_clip_rejects_unknown_keys_and_checks_the_config():
              "text_model.encoder.layers.0.self_attn.rotary.weight": torch.zeros(4)}
     with pytest.raises(WeightsError, match="missing key.*k_proj.*unexpected key.*rotary"):
         from_hf_clip(state)
+
+
+def test_convert_checkpoint_command(tiny, capsys):
+    from orchestrator.__main__ import main
+
+    hf, pool, folder = tiny
+    src = authors_checkpoint(hf, pool, folder / "cli.pth")
+    out = folder / "converted" / "xpool.pt"
+    assert main(["convert-checkpoint", str(src), str(out), "--clip-model", "test-tiny-quickgelu",
+                 "--backbone", "xpool"]) == 0
+    printed = capsys.readouterr().out
+    assert "xpool-codebase" in printed and "dropped known-unused" in printed and str(out) in printed
+    assert detect_format(out) == "mlvp-backbone/1"
+    model = create_backbone("xpool", "test-tiny-quickgelu", pretrained=str(out))
+    torch.testing.assert_close(model.pooling.layer_norm3.bias, pool.layer_norm3.bias)
+    # a refused conversion exits 2 with the reason on one line
+    assert main(["convert-checkpoint", str(src), str(out), "--clip-model", "test-tiny", "--backbone", "xpool"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "test-tiny-quickgelu" in err
