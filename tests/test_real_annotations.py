@@ -125,3 +125,24 @@ def test_annotation_files_are_the_authors(tmp_path):
     assert "bingqingzhang/vtr_tta" in (ANNOTATIONS / "README.md").read_text()
     rows = list(csv.reader(open(ANNOTATIONS / "MSRVTT/MSRVTT_JSFUSION_test.csv")))
     assert rows[0] == ["key", "vid_key", "video_id", "sentence"] and len(rows) == 1001
+
+
+def test_paper_numbers_fit_the_query_counts_of_these_splits(tmp_path):
+    # every clean percentage the paper prints is (hits / queries) for the authors' test sizes, which the loaders
+    # produce from these files; a mistyped number or a different protocol (e.g. MSVD's 27,763 captions) would not fit
+    from workloads.paper import CLEAN, N_QUERIES, clean_r1, clean_results
+
+    sizes = {"msrvtt": ("MSRVTT", {}), "activitynet": ("ActivityNet", {}), "msvd": ("MSVD", {"captions": "first"})}
+    for name, (folder, options) in sizes.items():
+        assert len(dataset(name, folder, tmp_path, **options).test_split()) == N_QUERIES[name]
+    for row in CLEAN:
+        n = N_QUERIES[row.dataset]
+        for value in (row.r1, row.r5, row.r10):
+            if value is not None:
+                assert abs(round(value * n / 100) * 100 / n - value) <= 0.0051, (row, value)
+    assert len(clean_results(setting="cross_dataset")) == 48 and len(clean_results(setting="zero_shot")) == 8
+    assert clean_r1("activitynet", "v2t", "xpool", "cross_dataset", source="msrvtt") == 29.79
+    assert clean_r1("msrvtt", "t2v", "clip", "zero_shot") == 30.10
+    assert clean_r1("didemo", "v2t", "xpool", "cross_dataset", source="msrvtt") is None
+    with pytest.raises(ValueError, match="several published R@1"):
+        clean_r1("msrvtt", "t2v", "xpool", "in_domain")  # the 9k and the 7k checkpoints
