@@ -1,4 +1,5 @@
-"""Command line: `python -m orchestrator {submit,plan,status,resume,report,render,sync} ...` (`--help` on each)."""
+"""Command line: `python -m orchestrator {submit,plan,status,resume,report,render,sync,convert-checkpoint} ...`
+(`--help` on each)."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +22,13 @@ EXAMPLES = {
     "render": """examples:
   python -m orchestrator render grids/quickstart.yaml                 # fill the render cache only
   python -m orchestrator render --contact-sheet docs/contact_sheet.png  # one frame per type x severity""",
+    "convert-checkpoint": """formats read (detected from the content): the X-Pool / HAT-VTR authors' checkpoints ({"state_dict": ...}
+with clip.* and pool_frames.*), a Hugging Face CLIPModel folder, OpenAI's TorchScript ViT-B-32.pt, an open_clip
+state dict. OpenAI-derived weights need a QuickGELU config (ViT-B-32-quickgelu, not ViT-B-32).
+examples:
+  python -m orchestrator convert-checkpoint xpool_msrvtt9k/model_best.pth ckpt/xpool-msrvtt.pt \\
+      --clip-model ViT-B-32-quickgelu --backbone xpool
+  python -m orchestrator convert-checkpoint clip-vit-base-patch32/ ckpt/clip-zero-shot.pt --backbone clip4clip""",
 }
 
 
@@ -92,6 +100,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="draw one frame per perturbation type x severity of a synthetic clip into OUT.png")
     p.add_argument("--address", default=None, help="join a running Ray cluster")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
+
+    p = add("convert-checkpoint", "convert a foreign checkpoint (X-Pool/HAT-VTR, Hugging Face, OpenAI, open_clip) "
+            "to this tool's format once, for models.checkpoints / models.pretrained")
+    p.add_argument("input", help="checkpoint file or Hugging Face folder")
+    p.add_argument("output", help="where to write the converted checkpoint (.pt)")
+    p.add_argument("--clip-model", default="ViT-B-32-quickgelu", help="open_clip config of the weights "
+                   "(default: ViT-B-32-quickgelu, OpenAI's ViT-B/32)")
+    p.add_argument("--backbone", required=True, help="pooling head: clip4clip (mean pooling) or xpool")
+    p.add_argument("--clip-only", action="store_true", help="take only the CLIP weights (an X-Pool head then "
+                   "starts at its identity initialisation)")
     return parser
 
 

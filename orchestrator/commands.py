@@ -14,7 +14,8 @@ from orchestrator.submit import SubmitOptions, make_console, print_plan, select_
 
 def dispatch(args: argparse.Namespace) -> int:
     return {"submit": cmd_submit, "resume": cmd_resume, "plan": cmd_plan, "status": cmd_status,
-            "report": cmd_report, "render": cmd_render, "sync": cmd_sync}[args.command](args)
+            "report": cmd_report, "render": cmd_render, "sync": cmd_sync,
+            "convert-checkpoint": cmd_convert_checkpoint}[args.command](args)
 
 
 def _options(args: argparse.Namespace, **kw) -> SubmitOptions:
@@ -161,3 +162,18 @@ def cmd_render(args) -> int:
         print(f"  failed {f['dataset']}/{f['video_id']} {f['perturbation']}/{f['severity']} ({f['video_path']}): "
               f"{f['error']}")
     return 0 if summary.failed == 0 else 1
+
+
+def cmd_convert_checkpoint(args) -> int:
+    from pathlib import Path
+
+    from workloads.backbones import create_backbone, detect_format, save_backbone
+    from workloads.backbones.convert import read_weights
+
+    fmt = detect_format(args.input)
+    model = create_backbone(args.backbone, args.clip_model, pretrained=args.input, clip_only=args.clip_only)
+    source = read_weights(args.input).describe() if fmt != "mlvp-backbone/1" else f"{args.input}: {fmt}"
+    save_backbone(model, args.output, converted_from=str(Path(args.input).resolve()), source_format=fmt)
+    print(f"read {source}")
+    print(f"wrote {args.output}: backbone {args.backbone} on {args.clip_model} (mlvp-backbone/1)")
+    return 0

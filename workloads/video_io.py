@@ -1,10 +1,26 @@
 """Video decoding, frame sampling and H.264 writing.
 
-Decoding goes through decord (the reference's reader); writing goes through PyAV, whose wheel bundles FFmpeg with
-libx264, so no system ffmpeg is needed. Frames are uint8 RGB arrays [N, H, W, 3] everywhere.
+Frames are uint8 RGB arrays [N, H, W, 3] everywhere. `read_video` decodes whole videos with decord (PyAV when decord
+cannot open a file); `read_frames` decodes only the uniform rule's frames (PyAV, seeking to keyframes, for H.264/HEVC
+in mp4/mov/mkv; sequential otherwise) and returns exactly the frames read_video has at those indices. Writing goes
+through PyAV, whose wheel bundles FFmpeg with libx264, so no system ffmpeg is needed.
+
+The authors read frames with OpenCV (`cv2.VideoCapture`: frame count from CAP_PROP_FRAME_COUNT, then one
+CAP_PROP_POS_FRAMES seek + read per sampled index; bingqingzhang/vtr_tta, datasets/video_capture.py), not decord.
+benchmarks/decoder_check.py compares the three decoders (decord 0.6.0, OpenCV 5.0.0, PyAV 18.1.0) on H.264 mp4s of
+64x64, 320x240 and 1280x720 (untagged, BT.709-tagged, full range) and on MPEG-4 part 2 AVIs with B-frames: the same
+frame count (decord = cv2 count = frames cv2 reads = PyAV), frame i is the same picture in all three, and the pixels
+are identical (PSNR infinite) for every frame, including the frames the authors' seek-per-index sampler returns at
+the 12 uniform indices. All three convert YUV to RGB with the matrix and range the stream is tagged with (BT.601
+limited when untagged, BT.709 when tagged so, full range for yuvj420p): no colour difference. The one difference:
+decord's seeking get_batch on sparse indices returned wrong frames on an AVI whose encoder placed I-frames between
+B-frames (cv2's seeks were exact there), which is why read_frames never uses it. On the real-length H.264 files of
+benchmarks/real_video.py all three samplers agree exactly. Not measured: variable frame rate files and mp4 edit
+lists that drop frames (read_frames' seeking path refuses the latter and decodes sequentially).
 """
 from __future__ import annotations
 
+import bisect
 import os
 from pathlib import Path
 
@@ -95,19 +111,115 @@ def read_video(path: str | os.PathLike) -> np.ndarray:
 
 
 def read_frames(path: str | os.PathLike, num_frames: int = 12) -> np.ndarray:
-    """`num_frames` frames sampled by the uniform rule, uint8 [num_frames, H, W, 3]. decord seeks to just those
-    frames; when it fails, the whole video is decoded by `read_video` (with its PyAV fallback) and sampled."""
+    """`num_frames` frames sampled by the uniform rule, uint8 [num_frames, H, W, 3]: exactly the frames `read_video`
+    returns at those indices.
+
+    H.264 / HEVC in mp4, mov or mkv (the datasets' web videos) go through `_read_frames_seeking`: each target is
+    decoded from the keyframe before it, skipping the frames nothing refers to (on a 3-minute 720p video with a
+    keyframe every 5 s: ~1.5 s of CPU instead of ~11 s for a full decode; benchmarks/real_video.py). Other files
+    (e.g. MPEG-4 part 2 in AVI, as MSVD's clips are) are decoded sequentially, keeping only the targets: decord's
+    seeking get_batch returned wrong frames on AVI files with B-frames (benchmarks/decoder_check.py). When decord
+    cannot open a file, `read_video` (with its PyAV fallback) decodes it and the targets are taken from that."""
     if not Path(path).is_file():
         raise VideoDecodeError(path, "file not found")
     try:
-        vr = _reader(path)
-        n = len(vr)
-        if n > 0:
-            return vr.get_batch(uniform_indices(n, num_frames).tolist()).asnumpy()
+        return _read_frames_seeking(path, num_frames)
+    except _NotSeekable:
+        pass
+    try:
+        return _read_frames_sequential(path, num_frames)
     except Exception:  # decord's own errors; read_video reports both decoders' reasons if PyAV fails too
         pass
     video = read_video(path)
     return video[uniform_indices(len(video), num_frames)]
+
+
+def _read_frames_sequential(path: str | os.PathLike, num_frames: int, chunk: int = 32) -> np.ndarray:
+    """decord, straight through in chunks of consecutive frames (no seek), keeping only the uniform targets: the
+    frames and memory of one chunk at a time, the pixels of read_video's decode."""
+    vr = _reader(path)
+    n = len(vr)
+    if n == 0:
+        raise VideoDecodeError(path, "no frames")
+    idx = uniform_indices(n, num_frames)
+    keep: dict[int, np.ndarray] = {}
+    wanted = set(idx.tolist())
+    last = int(idx.max())
+    for start in range(0, last + 1, chunk):
+        stop = min(n, start + chunk, last + 1)
+        frames = vr.get_batch(list(range(start, stop))).asnumpy()
+        for i in range(start, stop):
+            if i in wanted:
+                keep[i] = frames[i - start]
+    return np.stack([keep[i] for i in idx.tolist()])
+
+
+class _NotSeekable(Exception):
+    """This file is not one `_read_frames_seeking` handles exactly: use the general path."""
+
+
+# containers whose packets carry one frame each with a presentation timestamp, and codecs whose non-reference
+# frames the decoder can skip (FFmpeg's skip_frame=NONREF)
+_SEEK_FORMATS = ("mov", "mp4", "matroska")
+_SEEK_CODECS = ("h264", "hevc")
+
+
+def _read_frames_seeking(path: str | os.PathLike, num_frames: int, stats: dict | None = None) -> np.ndarray:
+    """PyAV, one thread: index the packets (no decoding) -> frame i = the i-th smallest timestamp, as a full decode
+    numbers them; then for each keyframe that precedes a target, seek to it and decode forward to its targets,
+    with the decoder skipping non-reference frames that are not targets (no other frame depends on them, so the
+    targets' pixels are the same as in a full decode). RGB conversion as read_video's decoders do (FFmpeg's
+    swscale with the stream's colour matrix and range; benchmarks/decoder_check.py). Raises _NotSeekable when the
+    file is outside what this handles exactly, or decoding fails. `stats` (a dict), if given, receives the number
+    of packets and of packets sent to the decoder (after the seeks)."""
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise _NotSeekable
+            stream = container.streams.video[0]
+            ctx = stream.codec_context
+            if ctx.name not in _SEEK_CODECS or not any(f in container.format.name for f in _SEEK_FORMATS):
+                raise _NotSeekable
+            ctx.thread_count = 1
+            pts, keys = [], []
+            for packet in container.demux(stream):
+                if packet.size == 0:
+                    continue  # the flush packet at the end
+                if packet.pts is None or packet.is_discard or packet.is_corrupt:
+                    raise _NotSeekable  # edit-list cuts, missing timestamps: a full decode may number differently
+                pts.append(packet.pts)
+                if packet.is_keyframe:
+                    keys.append(packet.pts)
+            order = sorted(pts)
+            if not order or len(set(order)) != len(order) or not keys or min(keys) != order[0]:
+                raise _NotSeekable
+            wanted = [order[i] for i in uniform_indices(len(order), num_frames)]
+            keys.sort()
+            groups: dict[int, set[int]] = {}
+            for t in wanted:
+                groups.setdefault(keys[bisect.bisect_right(keys, t) - 1], set()).add(t)
+            got: dict[int, np.ndarray] = {}
+            decoded = 0
+            for key, targets in sorted(groups.items()):
+                container.seek(key, stream=stream, backward=True)  # flushes the decoder
+                for packet in container.demux(stream):
+                    ctx.skip_frame = "DEFAULT" if packet.pts is None or packet.pts in targets else "NONREF"
+                    decoded += 1
+                    for frame in ctx.decode(packet):
+                        if frame.pts in targets and frame.pts not in got:
+                            got[frame.pts] = frame.to_ndarray(format="rgb24", threads=1)
+                    if targets.issubset(got):
+                        break
+                ctx.skip_frame = "DEFAULT"
+            if not set(wanted).issubset(got):
+                raise _NotSeekable
+            if stats is not None:
+                stats.update(packets=len(order), sent_to_decoder=decoded)
+            return np.stack([got[t] for t in wanted])
+    except (av.FFmpegError, OSError, ValueError):
+        raise _NotSeekable from None
 
 
 def video_fps(path: str | os.PathLike) -> float:

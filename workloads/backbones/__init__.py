@@ -1,11 +1,17 @@
 """Backbones by name: `create_backbone(name, clip_model, pretrained=<path or None>)`.
 
 `name` is a registered pooling head (`clip4clip`, `xpool`); `clip_model` an open_clip model config name (the
-project's own `mlvp-tiny` / `mlvp-micro`, or any open_clip config such as `ViT-B-32`); `pretrained` either
-- a checkpoint written by `workloads.backbones.finetune` (a fine-tuned retrieval model: CLIP + pooling head), or
-- open_clip CLIP weights (a local file; nothing is downloaded): the pooling head then starts at its initialisation,
-  which for X-Pool is the identity-initialised head the reference uses zero-shot (s5, "zstta"), or
+project's own `mlvp-tiny` / `mlvp-micro`, or any open_clip config such as `ViT-B-32-quickgelu`); `pretrained` a local
+file or folder whose format is detected from its content (`workloads.backbones.convert`):
+- a checkpoint written by `save_backbone` (a fine-tuned retrieval model: CLIP + pooling head, "mlvp-backbone/1"), or
+- a checkpoint of the X-Pool code that the HAT-VTR authors fine-tuned with ({"state_dict": ...} with `clip.*` and,
+  for X-Pool, `pool_frames.*`): CLIP and, for X-Pool, the pooling head, or
+- CLIP weights alone: an open_clip state dict, OpenAI's TorchScript archive (ViT-B-32.pt) or a Hugging Face CLIPModel
+  folder (config.json + model.safetensors / pytorch_model.bin): the pooling head then starts at its initialisation,
+  which for X-Pool is the identity-initialised head the reference uses zero-shot ("zstta"), or
 - None: random initialisation (seed torch first).
+Every key must find its place (missing or unexpected keys raise WeightsError with a report; only the documented
+`convert.KNOWN_UNUSED` keys are dropped). OpenAI-derived weights need a QuickGELU config (`ViT-B-32-quickgelu`).
 """
 from __future__ import annotations
 
@@ -16,11 +22,12 @@ from pathlib import Path
 
 import torch
 
+from workloads.backbones.convert import MLVP as CHECKPOINT_FORMAT
+from workloads.backbones.convert import WeightsError, check_activation, detect_format, load_state, read_weights
 from workloads.backbones.model import VideoTextModel, cosine_similarity
 from workloads.backbones.registry import BACKBONES, register_backbone
 
 CONFIG_DIR = Path(__file__).parent / "model_configs"
-CHECKPOINT_FORMAT = "mlvp-backbone/1"
 
 
 @functools.cache
@@ -55,19 +62,16 @@ def _quiet_random_init(active: bool):
         logging.getLogger().removeFilter(flt)
 
 
-def _build_clip(clip_model: str, pretrained: str | None):
+def _build_clip(clip_model: str):
     import open_clip
 
     _register_configs()
     if clip_model not in open_clip.list_models():
         raise ValueError(f"unknown open_clip model {clip_model!r}; project configs: "
                          f"{', '.join(sorted(p.stem for p in CONFIG_DIR.glob('*.json')))}; "
-                         f"or any of open_clip.list_models() (e.g. ViT-B-32)")
-    if pretrained is not None and not Path(pretrained).is_file():
-        raise FileNotFoundError(f"CLIP weights not found: {pretrained} (weights are local files; nothing is "
-                                "downloaded)")
-    with _quiet_random_init(pretrained is None):
-        clip = open_clip.create_model(clip_model, pretrained=pretrained)
+                         f"or any of open_clip.list_models() (e.g. ViT-B-32-quickgelu)")
+    with _quiet_random_init(True):  # weights, if any, are loaded afterwards
+        clip = open_clip.create_model(clip_model, pretrained=None)
     tokenizer = open_clip.get_tokenizer(clip_model)
     image_size = clip.visual.image_size
     image_size = image_size[0] if isinstance(image_size, (tuple, list)) else image_size
@@ -87,38 +91,76 @@ def load_checkpoint(path: str) -> dict:
 
 
 def is_backbone_checkpoint(path: str | None) -> bool:
-    if path is None or not str(path).endswith((".pt", ".pth")):
+    """Whether `path` is a checkpoint in this tool's format ("mlvp-backbone/1")."""
+    if path is None:
         return False
     try:
-        ckpt = load_checkpoint(str(path))
+        return detect_format(path) == CHECKPOINT_FORMAT
     except (FileNotFoundError, ValueError):
         return False
-    return isinstance(ckpt, dict) and ckpt.get("format") == CHECKPOINT_FORMAT
 
 
 def create_backbone(name: str, clip_model: str = "mlvp-tiny", pretrained: str | None = None,
                     device: str | torch.device = "cpu", clip_only: bool = False, **pooling_kwargs) -> VideoTextModel:
-    """`clip_only=True` takes only the CLIP weights from an mlvp checkpoint of another pooling head (X-Pool started
-    from a fine-tuned mean-pooling model, or zero-shot X-Pool = CLIP + identity-initialised head)."""
+    """`clip_only=True` takes only the CLIP weights from a retrieval checkpoint of another pooling head (X-Pool
+    started from a fine-tuned mean-pooling model, or zero-shot X-Pool = CLIP + identity-initialised head)."""
     pooling_cls = BACKBONES.lookup(name)
-    ckpt = load_checkpoint(str(pretrained)) if is_backbone_checkpoint(pretrained) else None
-    whole = ckpt is not None and ckpt["backbone"] == name and not clip_only
-    if ckpt is not None:
-        if ckpt["clip_model"] != clip_model or (ckpt["backbone"] != name and not clip_only):
-            raise ValueError(f"checkpoint {pretrained} holds backbone {ckpt['backbone']!r} on "
-                             f"{ckpt['clip_model']!r}, but {name!r} on {clip_model!r} was asked for "
-                             "(pass clip_only=True to take just its CLIP weights)")
-        if whole:
-            pooling_kwargs = {**ckpt.get("pooling_kwargs", {}), **pooling_kwargs}
-        clip, tokenizer, image_size = _build_clip(clip_model, None)
-    else:
-        clip, tokenizer, image_size = _build_clip(clip_model, pretrained)
+    fmt = None if pretrained is None else detect_format(pretrained)
+    if fmt == CHECKPOINT_FORMAT:
+        return _from_own_checkpoint(name, clip_model, str(pretrained), device, clip_only, pooling_kwargs)
+    weights = None if fmt is None else read_weights(pretrained)
+    if weights is not None:
+        check_activation(weights, clip_model)
+        if weights.pooling_state is not None and name != "xpool" and not clip_only:
+            raise WeightsError(f"{pretrained} holds an X-Pool model (pool_frames.* weights) but backbone {name!r} was "
+                               "asked for (use backbone 'xpool', or pass clip_only=True to take just its CLIP)")
+        if weights.format == "xpool-codebase" and weights.pooling_state is None and name == "xpool" \
+                and not clip_only:
+            raise WeightsError(f"{pretrained} holds a mean-pooling model (no pool_frames.* weights) but backbone "
+                               "'xpool' was asked for (use 'clip4clip', or pass clip_only=True to start X-Pool's "
+                               "head at its identity initialisation)")
+    clip, tokenizer, image_size = _build_clip(clip_model)
     embed_dim = int(clip.text_projection.shape[1])
     pooling = pooling_cls(embed_dim=embed_dim, **pooling_kwargs)
     model = VideoTextModel(clip, pooling, tokenizer, backbone=name, clip_model=clip_model, image_size=image_size)
+    if weights is not None:
+        _load_clip(model.clip, weights, clip_model)
+        if weights.pooling_state is not None and name == "xpool" and not clip_only:
+            load_state(model.pooling, weights.pooling_state, f"{pretrained} ({weights.format}) X-Pool pooling")
+    model.pooling_kwargs = dict(pooling_kwargs)
+    return model.to(device).eval()
+
+
+def _load_clip(clip: torch.nn.Module, weights, clip_model: str) -> None:
+    import open_clip
+
+    from workloads.backbones.convert import check_dims
+
+    what = f"{weights.path} ({weights.format}) into open_clip {clip_model!r}"
+    if type(clip) is not open_clip.CLIP and weights.format == "open_clip":
+        # towers open_clip builds from other libraries (timm, HF text): its own loader knows their layouts
+        open_clip.load_checkpoint(clip, weights.path, strict=True)
+        return
+    check_dims(weights.clip_state, clip_model, source=f"{weights.path} ({weights.format})")
+    load_state(clip, weights.clip_state, what)
+
+
+def _from_own_checkpoint(name, clip_model, path, device, clip_only, pooling_kwargs) -> VideoTextModel:
+    ckpt = load_checkpoint(path)
+    whole = ckpt["backbone"] == name and not clip_only
+    if ckpt["clip_model"] != clip_model or (ckpt["backbone"] != name and not clip_only):
+        raise ValueError(f"checkpoint {path} holds backbone {ckpt['backbone']!r} on "
+                         f"{ckpt['clip_model']!r}, but {name!r} on {clip_model!r} was asked for "
+                         "(pass clip_only=True to take just its CLIP weights)")
+    if whole:
+        pooling_kwargs = {**ckpt.get("pooling_kwargs", {}), **pooling_kwargs}
+    clip, tokenizer, image_size = _build_clip(clip_model)
+    embed_dim = int(clip.text_projection.shape[1])
+    pooling = BACKBONES.lookup(name)(embed_dim=embed_dim, **pooling_kwargs)
+    model = VideoTextModel(clip, pooling, tokenizer, backbone=name, clip_model=clip_model, image_size=image_size)
     if whole:
         model.load_state_dict(ckpt["state_dict"], strict=True)
-    elif ckpt is not None:
+    else:
         clip_state = {k[len("clip."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("clip.")}
         model.clip.load_state_dict(clip_state, strict=True)
     model.pooling_kwargs = dict(pooling_kwargs)
@@ -143,4 +185,5 @@ def save_backbone(model: VideoTextModel, path: str | Path, **extra) -> None:
 
 
 __all__ = ["BACKBONES", "VideoTextModel", "create_backbone", "save_backbone", "load_checkpoint",
-           "cosine_similarity", "register_backbone", "list_clip_models", "is_backbone_checkpoint"]
+           "cosine_similarity", "register_backbone", "list_clip_models", "is_backbone_checkpoint", "WeightsError",
+           "detect_format"]

@@ -12,6 +12,7 @@ from workloads.datasets.base import (  # noqa: F401
     VideoTextDataset,
     VideoTextPair,
     create_dataset,
+    missing_video_report,
     register_dataset,
 )
 from workloads.datasets.synthetic import SyntheticConfig, generate  # noqa: F401,E402

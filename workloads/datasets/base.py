@@ -21,8 +21,8 @@ class VideoTextPair:
 
 @dataclass(frozen=True)
 class Split:
-    """One split. Test splits hold one caption per video (the TTA protocol of every MLVP dataset, s5); train splits
-    may repeat a video once per caption. `fingerprint` covers ids, captions and order, not paths, so a dataset moved
+    """One split. Test splits hold one caption per video (the TTA protocol of every MLVP dataset, s5) unless a
+    dataset option asks for every caption (MSVD `captions: all`); train splits may repeat a video once per caption. `fingerprint` covers ids, captions and order, not paths, so a dataset moved
     to another disk keeps its cache keys."""
 
     dataset: str
@@ -94,6 +94,20 @@ class VideoTextDataset:
             if not os.path.isfile(pair.video_path):
                 missing.append(pair.video_id)
         return missing
+
+
+def missing_video_report(dataset: VideoTextDataset, split: str = "test", show: int = 10) -> str | None:
+    """One line for a plan: how many of the split's videos have no file, with the first `show` ids and paths
+    (all at once, so a user fixes the data in one go); None when every video is there."""
+    s = dataset.split(split)
+    missing = dataset.missing_videos(s)
+    if not missing:
+        return None
+    path_of = {p.video_id: p.video_path for p in s.pairs}
+    n_videos = len({p.video_id for p in s.pairs})
+    first = ", ".join(f"{vid} ({path_of[vid]})" for vid in missing[:show])
+    more = f", ... ({len(missing) - show} more)" if len(missing) > show else ""
+    return (f"dataset {dataset.name!r}: {len(missing)} of {n_videos} {split} videos missing: {first}{more}")
 
 
 DATASETS = Registry("dataset", package="workloads.datasets")

@@ -5,9 +5,13 @@ Files under root (names are options):
 - `test_list.txt` (670 ids) and `train_list.txt` (1,200 ids), one id per line (options `test_list`, `train_list`);
 - videos `{root}/{videos_dir}/{video_id}.avi` (options `videos_dir`, default "videos", and `video_ext`).
 
-Test split: ONLY THE FIRST caption of each test video, as the reference's TTA protocol (one query per video; the
-full set has ~41 captions per test video). Train split: every caption of every train video, list order then
-caption order (X-Pool).
+Option `captions` picks the test protocol:
+- "first" (default): only the first caption of each test video (670 pairs), as the HAT-VTR authors' TTA runs do
+  (bingqingzhang/vtr_tta, datasets/msvd_dataset.py: one text query per video);
+- "all": every caption of every test video (27,763 pairs, ~41 per video), the standard MSVD protocol that X-Pool's
+  own evaluation and its published R@1 use: one pair per (video, caption) in file order, test-list order first, so a
+  video repeats once per caption (a video-to-text query is then answered by the best-ranked of its captions).
+Train split: every caption of every train video, list order then caption order (X-Pool), whatever `captions` says.
 """
 from __future__ import annotations
 
@@ -31,9 +35,18 @@ class MSVDDataset(AnnotatedDataset):
         "captions_json": "captions_msvd.json",
         "test_list": "test_list.txt",
         "train_list": "train_list.txt",
+        "captions": "first",
     }
     provide = ("put captions_msvd.json, test_list.txt and train_list.txt (X-Pool's MSVD data) in the dataset root "
                "and the videos in <root>/videos/<video_id>.avi")
+
+    CAPTIONS = ("first", "all")
+
+    def __init__(self, root=None, **options):
+        super().__init__(root=root, **options)
+        if self.option("captions") not in self.CAPTIONS:
+            raise DatasetError(f"dataset 'msvd': captions must be one of {', '.join(self.CAPTIONS)}, "
+                               f"got {self.option('captions')!r}")
 
     def _captions(self) -> tuple[object, dict[str, list[str]]]:
         path = self.annotation_file("captions_json", "video id -> list of captions")
@@ -58,7 +71,7 @@ class MSVDDataset(AnnotatedDataset):
         return pairs
 
     def _load_test(self) -> list[VideoTextPair]:
-        return self._load("test_list", first_only=True)
+        return self._load("test_list", first_only=self.option("captions") == "first")
 
     def _load_train(self) -> list[VideoTextPair]:
         return self._load("train_list", first_only=False)
