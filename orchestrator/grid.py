@@ -46,6 +46,12 @@ def known_video_perturbations() -> list[str]:
     return list(VIDEO_PERTURBATIONS.names())
 
 
+def known_text_perturbations() -> list[str]:
+    from workloads.perturbations.text import TEXT_PERTURBATIONS
+
+    return list(TEXT_PERTURBATIONS.names())
+
+
 def scenario_classes() -> dict[str, type]:
     from orchestrator.scenarios import SCENARIOS
 
@@ -65,6 +71,9 @@ class DatasetAssets:
     """Per-dataset perturbation assets (local paths)."""
     main_objects: str | None = None          # boxes JSON of the authors' get_main_objects.py (occlusion, captions)
     distractor_pool: str | None = None       # event-insertion pool for this dataset (overrides assets.distractor_pool)
+    # text perturbation -> JSON of its perturbed test captions in the authors' format (a list of [video_id, text]
+    # in annotation order, checked against the split): how sentence-level types run without their seq2seq models
+    text_precomputed: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -82,6 +91,11 @@ class AssetsSpec:
     adain_decoder: str | None = None         # style transfer: decoder.pth
     style_images: str | None = None          # style transfer: folder of style images (Painter by Numbers)
     distractor_pool: str | None = None       # event insertion: folder of videos (default: the dataset's train split)
+    # text (t2v) perturbations (workloads/perturbations/text): all optional; see docs/text_queries.md
+    wordnet: str | None = None               # WordNet 3.0 data folder (default: Debian's /usr/share/wordnet)
+    sentence_encoder: str | None = None      # similarity retry: paraphrase-mpnet-base-v2 folder (else a stand-in)
+    back_translation_models: list[str] | None = None   # [en->de folder, de->en folder] (facebook/wmt19-*)
+    styleformer_models: str | None = None    # folder with the Styleformer T5 models (formal, casual, passive, active)
 
 
 @dataclass
@@ -409,8 +423,20 @@ def validate(grid: GridSpec) -> GridSpec:
         _check_path(f"datasets.{name}.assets.distractor_pool", entry.assets.distractor_pool, "dir")
     a = grid.assets
     for key, kind in (("adain_vgg", "file"), ("adain_decoder", "file"), ("style_images", "any"),
-                      ("distractor_pool", "dir")):
+                      ("distractor_pool", "dir"), ("wordnet", "dir"), ("sentence_encoder", "dir"),
+                      ("styleformer_models", "dir")):
         _check_path(f"assets.{key}", getattr(a, key), kind)
+    if a.back_translation_models is not None:
+        if len(a.back_translation_models) != 2:
+            raise GridError("assets.back_translation_models: give two folders, [en->de, de->en], got "
+                            f"{a.back_translation_models!r}")
+        for i, folder in enumerate(a.back_translation_models):
+            _check_path(f"assets.back_translation_models[{i}]", folder, "dir")
+    for name, entry in grid.datasets.items():
+        for pert, path in entry.assets.text_precomputed.items():
+            check_names(f"datasets.{name}.assets.text_precomputed", [pert], known_text_perturbations(),
+                        "text perturbation")
+            _check_path(f"datasets.{name}.assets.text_precomputed.{pert}", path, "file")
     if (a.adain_vgg is None) != (a.adain_decoder is None):
         raise GridError("assets: give both adain_vgg and adain_decoder (the AdaIN encoder and decoder) or neither")
     return grid
@@ -461,12 +487,19 @@ def _expand_paths(grid: GridSpec) -> None:
         entry.root = expand_path(f"datasets.{name}.root", entry.root)
         for key in ("main_objects", "distractor_pool"):
             setattr(entry.assets, key, expand_path(f"datasets.{name}.assets.{key}", getattr(entry.assets, key)))
+        pre = entry.assets.text_precomputed
+        for pert in pre:
+            pre[pert] = expand_path(f"datasets.{name}.assets.text_precomputed.{pert}", pre[pert])
     grid.models.pretrained = expand_path("models.pretrained", grid.models.pretrained)
     for backbone, by_ds in grid.models.checkpoints.items():
         for ds in by_ds:
             by_ds[ds] = expand_path(f"models.checkpoints.{backbone}.{ds}", by_ds[ds])
     for f in dataclasses.fields(AssetsSpec):
-        setattr(grid.assets, f.name, expand_path(f"assets.{f.name}", getattr(grid.assets, f.name)))
+        value = getattr(grid.assets, f.name)
+        if isinstance(value, list):
+            setattr(grid.assets, f.name, [expand_path(f"assets.{f.name}[{i}]", v) for i, v in enumerate(value)])
+        else:
+            setattr(grid.assets, f.name, expand_path(f"assets.{f.name}", value))
 
 
 def parse_grid(data: Any, source: str = "<grid>") -> GridSpec:

@@ -132,6 +132,8 @@ class Plan:
     render_assets: dict[tuple[str, str], str] = field(default_factory=dict)
     # dataset -> (backbone whose checkpoint embeds distractors or None for zero-shot weights, version, kind)
     embedders: dict[str, tuple[str | None, str, str]] = field(default_factory=dict)
+    text_sets: list = field(default_factory=list)     # orchestrator.text_render.TextSetJob, one per t2v text cell
+    notes: list[str] = field(default_factory=list)    # what the grid asks for that will not run here, and why
 
     def render_count(self) -> int:
         return sum(len(self.datasets[d].test) * len(r) for d, r in self.renders.items())
@@ -143,6 +145,7 @@ class Plan:
     def summary(self) -> dict:
         by_scenario = Counter(t.scenario for t in self.trials)
         return {"grid": self.grid.name, "trials": len(self.trials), "render_jobs": self.render_count(),
+                "text_sets": len(self.text_sets),
                 "checkpoints": len({str(self.model_path(*k)) for k in self.models}),
                 "datasets": ",".join(self.datasets), **{f"trials_{k}": v for k, v in by_scenario.items()}}
 
@@ -277,6 +280,7 @@ def build_plan(grid: GridSpec, paths: Paths) -> Plan:
 
     rt = grid.runtime
     trials: list[TrialSpec] = []
+    text_sets: dict = {}
     for scenario, cell in cells:
         if cell.mix:  # each type the mix draws renders with its own assets
             assets = json.dumps({p: render_assets[(cell.dataset, p)] for p in Mix.from_json(cell.mix).perturbations
@@ -285,6 +289,8 @@ def build_plan(grid: GridSpec, paths: Paths) -> Plan:
             assets = render_assets.get((cell.dataset, cell.perturbation), "")
         for backbone in grid.backbones:
             model = models[(backbone, cell.source)]
+            if cell.direction == "t2v" and cell.perturbation != CLEAN:
+                assets = _text_set(grid, cell, (backbone, cell.source), model, datasets, text_sets)
             for entry in grid.methods:
                 method, options, faithful, variant = _method_entry(grid, entry)
                 trials.append(TrialSpec(
@@ -295,7 +301,24 @@ def build_plan(grid: GridSpec, paths: Paths) -> Plan:
                     batch_size=rt.batch_size, steps=rt.steps, num_frames=rt.num_frames, resolution=resolution,
                     precision=rt.precision, hub_k=rt.hub_k, options=json.dumps(options),
                     render_assets=assets, variant=variant, mix=cell.mix))
-    return Plan(grid, paths, datasets, models, trials, renders, resolution, render_assets, embedders)
+    notes = [line for scenario in grid.scenarios.values() for line in scenario.notes(grid)]
+    return Plan(grid, paths, datasets, models, trials, renders, resolution, render_assets, embedders,
+                list(text_sets.values()), notes)
+
+
+def _text_set(grid: GridSpec, cell, model_key: tuple[str, str], model: ModelPlan, datasets: dict[str, DatasetPlan],
+              text_sets: dict) -> str:
+    """The text set a t2v cell's trials with this model read, added to `text_sets`; returns its assets version
+    (the trials' render_assets). Sets made with a stand-in encoder belong to the model; others are shared."""
+    from orchestrator.text_render import TextSetJob, needs_stand_in, text_assets_version
+    from workloads.text_queries import TextSetKey
+
+    stand_in = needs_stand_in(grid, cell.dataset, cell.perturbation)
+    version = text_assets_version(grid, cell.dataset, cell.perturbation, model.version if stand_in else None)
+    key = TextSetKey(cell.dataset, datasets[cell.dataset].version, cell.perturbation, cell.severity, grid.seed,
+                     version)
+    text_sets.setdefault(key, TextSetJob(key, model_key if stand_in else None))
+    return version
 
 
 def _embedder(grid: GridSpec, models: dict[tuple[str, str], ModelPlan], ds: str) -> tuple[str | None, str, str]:

@@ -49,12 +49,14 @@ def trials_table(entries: Iterable[dict[str, Any]]) -> pa.Table:
 
 
 def table_order(grid) -> TableOrder:
+    from workloads.perturbations.text import TEXT_PERTURBATIONS
     from workloads.perturbations.video import VIDEO_PERTURBATIONS
 
-    video = list(VIDEO_PERTURBATIONS.names())
+    video, text = list(VIDEO_PERTURBATIONS.names()), list(TEXT_PERTURBATIONS.names())
     return TableOrder(backbones=list(grid.backbones), methods=list(grid.methods),
-                      perturbations={"v2t": video, "t2v": []},
-                      levels={"v2t": {n: VIDEO_PERTURBATIONS.info(n)["level"] for n in video}, "t2v": {}})
+                      perturbations={"v2t": video, "t2v": text},
+                      levels={"v2t": {n: VIDEO_PERTURBATIONS.info(n)["level"] for n in video},
+                              "t2v": {n: TEXT_PERTURBATIONS.info(n)["level"] for n in text}})
 
 
 def scenario_tables(grid, df: pd.DataFrame, metric: str | None = None) -> dict[str, list[ResultTable]]:

@@ -99,10 +99,15 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console)
         cached = not m.given_path and plan.model_path(backbone, source).is_file()
         console.print(f"  checkpoint {backbone}/{source}: {what}{' (cached)' if cached else ''}")
     console.print(f"  render jobs: {plan.render_count()}")
-    qs = plan.grid.query_shift
-    if qs is not None and "t2v" in qs.directions and qs.perturbations:
-        console.print("  note: t2v runs its clean cell only (video perturbations shift v2t queries; text "
-                      "perturbations are not implemented yet)")
+    if plan.text_sets:
+        cached = sum(1 for j in plan.text_sets if j.key.path(plan.paths.render).is_file())
+        stand_in = sum(1 for j in plan.text_sets if j.stand_in is not None)
+        console.print(f"  text sets (perturbed captions): {len(plan.text_sets)} ({cached} cached"
+                      + (f"; {stand_in} use the backbone's text encoder as the similarity-retry stand-in, flagged "
+                         "unfaithful: give assets.sentence_encoder for the reference encoder" if stand_in else "")
+                      + ")")
+    for note in plan.notes:
+        console.print(f"  [yellow]note[/]: {escape(note)}")
 
 
 def announce_generation(name: str, dataset, console: Console) -> None:
@@ -226,6 +231,13 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     summary = render_stage.render(plan, assets, video_assets, actors=grid.runtime.render_actors, console=console)
     report.render = summary
     console.print(summary.line())
+    if plan.text_sets:
+        from orchestrator.text_render import render_text_sets
+
+        text = render_text_sets(plan, checkpoints, console)
+        console.print(text.line())
+        for f in text.failures[:10]:
+            console.print(f"  [red]text set failed[/] {f['set']}: {escape(f['error'])}")
     for f in summary.failures[:10]:
         console.print(f"  [red]render failed[/] {f['dataset']}/{f['video_id']} {f['perturbation']}/{f['severity']}"
                       f" ({f['video_path']}): {f['error']}")

@@ -32,6 +32,7 @@ from workloads.metrics import k_occurrence, summarise
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
 from workloads.seeding import digest
 from workloads.spec import CLEAN, TrialSpec
+from workloads.text_queries import read_text_set, text_set_key
 
 
 @dataclass
@@ -59,7 +60,7 @@ class TrialResult:
     n_queries: int = 0
     n_gallery: int = 0
     dropped: list[dict[str, str]] = field(default_factory=list)
-    faithful_renders: float | None = None   # share of query clips rendered faithfully (v2t)
+    faithful_renders: float | None = None   # share of queries rendered faithfully (clips in v2t, captions in t2v)
     fallbacks: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     error: str | None = None
@@ -204,12 +205,17 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
             result.faithful_renders = float(np.mean([m["faithful"] for m in metas])) if metas else None
             result.fallbacks = sorted({m["fallback"] for m in metas if m.get("fallback")})
         else:
-            if spec.perturbation != CLEAN:
-                raise NotImplementedError(f"text perturbation {spec.perturbation!r}: t2v query shift supports only "
-                                          "clean queries so far (text perturbations are a separate issue)")
+            captions = [p.caption for p in test.pairs]
+            if spec.perturbation != CLEAN:                   # perturbed text queries from the text render stage
+                text_set = read_text_set(text_set_key(spec), ctx.render_cache, len(test))
+                captions = text_set.texts
             gallery_rows, dropped, _ = _load_clips(spec, cache, test, [(CLEAN, 0)] * len(test))
             query_rows = gallery_rows                        # a caption whose video failed has no match: drop it
             gt = np.arange(len(query_rows))
+            if spec.perturbation != CLEAN:
+                result.faithful_renders = float(np.mean([text_set.faithful[i] for i in query_rows])) \
+                    if query_rows else None
+                result.fallbacks = sorted(text_set.fallbacks)
         result.dropped = dropped
         if not query_rows:
             raise RuntimeError(f"no usable queries: all {len(test)} clips are missing or failed "
@@ -222,10 +228,9 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
         if spec.direction == "v2t":
             batches = _clip_batches(spec, model, cache, test, query_rows, cells)
         else:
-            captions = [test.pairs[i].caption for i in query_rows]
-            tokens = model.tokenize(captions)
+            tokens = model.tokenize([captions[i] for i in query_rows])
             batches = (QueryBatch(b, tokens[s:s + spec.batch_size])
-                       for b, s in enumerate(range(0, len(captions), spec.batch_size)))
+                       for b, s in enumerate(range(0, len(query_rows), spec.batch_size)))
         t1 = time.perf_counter()
         scores = run_stream(method, batches, progress=progress)
         result.timings["adapt_s"] = time.perf_counter() - t1

@@ -65,6 +65,10 @@ class Scenario:
     def cells(self, grid) -> list[Cell]:
         raise NotImplementedError
 
+    def notes(self, grid) -> list[str]:
+        """One line per thing the section asks for that will not run here, with why (the plan prints them)."""
+        return []
+
     def tables(self, grid, df: pd.DataFrame, order: TableOrder, metric: str | None = None) -> list[ResultTable]:
         """Its tables; `metric` (a trials-table column) asks for that metric where the layout has a choice."""
         return []

@@ -1,0 +1,173 @@
+"""Text render stage: the perturbed captions of every t2v cell, once per text set, through Ray Data.
+
+A text set is a whole split's captions at one (type, severity) (workloads/text_queries.py). Sets are few and small
+(one row per set, not per caption), so each row is one CPU task that perturbs the whole split and writes its JSON;
+the trials only read them. Which assets a type gets and whether it can run here is decided at plan time from the
+grid (`assets:`, `datasets.<name>.assets.text_precomputed`): a type that cannot run is listed with its reason by the
+plan and has no cell, never a failed trial.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workloads.text_queries import TEXT_SET_VERSION, TextSetKey
+
+
+def _fingerprint(path: str) -> str:
+    """A cheap content fingerprint of an asset path: a file's digest, a folder's file names and sizes."""
+    p = Path(path).expanduser()
+    h = hashlib.sha256(str(p.resolve()).encode())
+    if p.is_file():
+        from workloads.seeding import file_digest
+
+        return file_digest(str(p))
+    if p.is_dir():
+        for f in sorted(p.rglob("*")):
+            if f.is_file():
+                h.update(f"{f.relative_to(p)}:{f.stat().st_size};".encode())
+    return h.hexdigest()[:16]
+
+
+def text_assets(grid, dataset: str, perturbation: str) -> dict[str, Any]:
+    """The assets keyword arguments of workloads.perturbations.text for one (dataset, type) of a grid (without the
+    stand-in encoder, which the render stage adds)."""
+    from workloads.perturbations.text import get
+
+    a = grid.assets
+    out: dict[str, Any] = {}
+    pre = grid.datasets[dataset].assets.text_precomputed.get(perturbation) if dataset in grid.datasets else None
+    if pre:
+        out["precomputed"] = pre
+    given = {"wordnet": a.wordnet, "sentence_encoder": a.sentence_encoder,
+             "back_translation_models": a.back_translation_models, "styleformer_models": a.styleformer_models}
+    for k in get(perturbation).asset_keys:
+        if given.get(k) is not None:
+            out[k] = list(given[k]) if isinstance(given[k], list) else given[k]
+    return out
+
+
+def unavailable_reason(grid, dataset: str, perturbation: str) -> str | None:
+    """Why a text type cannot run on this dataset with this grid's assets (None: it can)."""
+    from workloads.perturbations.text import availability
+
+    ok, reason = availability(perturbation, **text_assets(grid, dataset, perturbation))
+    return None if ok else reason
+
+
+def needs_stand_in(grid, dataset: str, perturbation: str) -> bool:
+    """The type retries on similarity and the grid gives no sentence encoder (nor precomputed texts): the backbone's
+    text encoder stands in, so the set depends on the model."""
+    from workloads.perturbations.text import get
+
+    assets = text_assets(grid, dataset, perturbation)
+    return get(perturbation).similarity_retry and "sentence_encoder" not in assets and "precomputed" not in assets
+
+
+def text_assets_version(grid, dataset: str, perturbation: str, stand_in_model: str | None) -> str:
+    """Version string of what makes a text set (a TrialSpec's render_assets for a t2v cell)."""
+    import nlpaug
+
+    from workloads.seeding import digest
+
+    parts: dict[str, Any] = {"text_set": TEXT_SET_VERSION, "nlpaug": nlpaug.__version__}
+    for k, v in sorted(text_assets(grid, dataset, perturbation).items()):
+        paths = v if isinstance(v, list) else [v]
+        parts[k] = [_fingerprint(str(p)) for p in paths]
+    if "wordnet" not in parts:
+        from workloads.perturbations.text import _wordnet
+
+        located = _wordnet.locate(None)
+        parts["wordnet"] = _fingerprint(located) if located else None
+    if stand_in_model is not None:
+        parts["stand_in_encoder"] = stand_in_model
+    return "text:" + digest(parts, length=16)
+
+
+@dataclass
+class TextSetJob:
+    key: TextSetKey
+    stand_in: tuple[str, str] | None = None     # (backbone, source) of the model whose text tower stands in
+
+
+@dataclass
+class TextRenderSummary:
+    rendered: int = 0
+    reused: int = 0
+    failed: int = 0
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    nonfaithful: dict[str, float] = field(default_factory=dict)   # set label -> share of unfaithful captions
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        return (f"text sets: {self.rendered} rendered, {self.reused} reused, {self.failed} failed "
+                f"({self.seconds:.1f}s)")
+
+
+def _render_row(row: dict[str, Any]) -> dict[str, Any]:
+    import json
+    import traceback
+
+    from workloads.datasets import create_dataset
+    from workloads.text_queries import render_text_set
+
+    key = TextSetKey(**json.loads(row["key"]))
+    try:
+        test = create_dataset(key.dataset, root=row["root"], **json.loads(row["options"])).test_split()
+        stand_in = json.loads(row["stand_in"]) if row["stand_in"] else None
+        out = render_text_set(key, row["cache_root"], [p.caption for p in test.pairs],
+                              [p.video_id for p in test.pairs], json.loads(row["assets"]), stand_in)
+        return {**row, "status": "ok", "faithful_share": out.faithful_share, "error": ""}
+    except Exception as err:  # one set failing fails its trials (they find no file), not the grid
+        return {**row, "status": "failed", "faithful_share": 0.0,
+                "error": f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"}
+
+
+def render_text_sets(plan, checkpoints: dict[str, dict[str, Any]], console=None) -> TextRenderSummary:
+    """Render every text set the plan needs that is not cached yet (Ray must be initialised)."""
+    import json
+
+    t0 = time.time()
+    summary = TextRenderSummary()
+    rows = []
+    for job in plan.text_sets:
+        if job.key.path(plan.paths.render).is_file():
+            summary.reused += 1
+            continue
+        ds = plan.datasets[job.key.dataset]
+        stand_in = None
+        if job.stand_in is not None:
+            model = plan.models[job.stand_in]
+            stand_in = {"backbone": model.backbone if model.backbone != "clip" else "clip4clip",
+                        "clip_model": model.clip_model,
+                        "checkpoint": checkpoints[f"{job.stand_in[0]}|{job.stand_in[1]}"]["path"],
+                        "clip_only": model.clip_only}
+        rows.append({"key": json.dumps(asdict(job.key)), "root": ds.root, "options": json.dumps(ds.options),
+                     "cache_root": str(plan.paths.render), "stand_in": json.dumps(stand_in) if stand_in else "",
+                     "assets": json.dumps(text_assets(plan.grid, job.key.dataset, job.key.perturbation)),
+                     "label": f"{job.key.dataset}/{job.key.perturbation}-{job.key.severity}"})
+    if rows:
+        import ray
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.print_on_execution_start = False
+        data = ray.data.from_items(rows, override_num_blocks=len(rows)).map(_render_row, num_cpus=1)
+        with Progress(TextColumn("perturbing captions"), BarColumn(), MofNCompleteColumn(), TextColumn("text sets"),
+                      TimeElapsedColumn(), console=console) as bar:
+            task = bar.add_task("text", total=len(rows))
+            for row in data.iter_rows():
+                if row["status"] == "ok":
+                    summary.rendered += 1
+                    if row["faithful_share"] < 1.0:
+                        summary.nonfaithful[row["label"]] = 1.0 - row["faithful_share"]
+                else:
+                    summary.failed += 1
+                    summary.failures.append({"set": row["label"], "error": row["error"].splitlines()[0]})
+                bar.advance(task)
+    summary.seconds = time.time() - t0
+    return summary
