@@ -189,12 +189,15 @@ def test_method_options_every_method_accepts_lr_weight_decay_temperature():
     parse_grid(grid_with(methods=["sar"], faithful=False, method_options={"sar": {"margin": 1.5}}), "g.yaml")
 
 
-def test_t2v_runs_clean_cells_beside_perturbed_v2t():
-    plan = build_plan(parse_grid(grid_with(query_shift__directions=["v2t", "t2v"]), "g.yaml"),
+def test_video_perturbations_shift_v2t_and_text_perturbations_t2v():
+    plan = build_plan(parse_grid(grid_with(query_shift__directions=["v2t", "t2v"],
+                                           query_shift__text_perturbations=["ocr"]), "g.yaml"),
                       Paths.make("/tmp/mlvp-grid-test"))
     cells = {(t.direction, t.perturbation) for t in plan.trials}
-    assert cells == {("v2t", "clean"), ("v2t", "gaussian_noise"), ("t2v", "clean")}
+    assert cells == {("v2t", "clean"), ("v2t", "gaussian_noise"), ("t2v", "clean"), ("t2v", "ocr")}
     assert "video perturbations shift video queries" in error_of(
         grid_with(query_shift__directions=["t2v"]))
-    assert "t2v runs only the clean cell" in error_of(
-        grid_with(query_shift__directions=["v2t", "t2v"], query_shift__clean=False))
+    # t2v without text perturbations and without the clean row has no cells of its own: still valid (v2t has)
+    plan = build_plan(parse_grid(grid_with(query_shift__directions=["v2t", "t2v"], query_shift__clean=False),
+                                 "g.yaml"), Paths.make("/tmp/mlvp-grid-test"))
+    assert {t.direction for t in plan.trials} == {"v2t"}
