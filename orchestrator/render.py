@@ -6,7 +6,9 @@ keys, statuses) travel through the object store: actors decode, perturb, resize 
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -98,6 +100,19 @@ class RenderActor:
         return out
 
 
+@contextlib.contextmanager
+def quiet_ray_data():
+    """Ray Data's per-run INFO/WARNING lines ("Progress bars disabled", "execution finished") off while our own
+    progress bar reports the stage; errors still show."""
+    logger = logging.getLogger("ray.data")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
            video_assets: dict[str, dict[str, dict]] | None = None, actors: int | None = None,
            console=None) -> RenderSummary:
@@ -125,9 +140,10 @@ def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
         fn_constructor_kwargs={"cache_root": str(plan.paths.render), "seed": plan.grid.seed,
                                "num_frames": plan.grid.runtime.num_frames, "resolution": plan.resolution,
                                "assets": assets or {}})
-    with Progress(TextColumn("rendering"), BarColumn(), MofNCompleteColumn(), TextColumn("clips"),
-                  TextColumn("{task.fields[rate]} clips/s"), TextColumn("{task.fields[failed]} failed"),
-                  TimeElapsedColumn(), console=console, transient=False) as bar:
+    columns = (TextColumn("rendering"), BarColumn(), MofNCompleteColumn(), TextColumn("clips"),
+               TextColumn("{task.fields[rate]} clips/s"), TextColumn("{task.fields[failed]} failed"),
+               TimeElapsedColumn())
+    with quiet_ray_data(), Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("render", total=total, rate="-", failed=0)
         for row in ds.iter_rows():
             if row["status"] == "ok":

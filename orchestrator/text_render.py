@@ -157,8 +157,10 @@ def render_text_sets(plan, checkpoints: dict[str, dict[str, Any]], console=None)
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
         data = ray.data.from_items(rows, override_num_blocks=len(rows)).map(_render_row, num_cpus=1)
-        with Progress(TextColumn("perturbing captions"), BarColumn(), MofNCompleteColumn(), TextColumn("text sets"),
-                      TimeElapsedColumn(), console=console) as bar:
+        from orchestrator.render import quiet_ray_data
+
+        with quiet_ray_data(), Progress(TextColumn("perturbing captions"), BarColumn(), MofNCompleteColumn(),
+                                        TextColumn("text sets"), TimeElapsedColumn(), console=console) as bar:
             task = bar.add_task("text", total=len(rows))
             for row in data.iter_rows():
                 if row["status"] == "ok":
