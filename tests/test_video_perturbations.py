@@ -1,6 +1,6 @@
-"""Behaviour of the frame-level, codec, flow-based and temporal MLVP video perturbations (vtr_tta_study s2.1-2.8,
-2.12): shapes, determinism, severity ordering, temporal consistency, agreement with straightforward re-statements
-of the reference algorithms, and input validation. Small videos only (tens of frames, <= 64 px)."""
+"""Behaviour of the frame-level, codec, flow-based and temporal MLVP video perturbations (docs/faithfulness.md):
+shapes, determinism, severity ordering, temporal consistency, agreement with straightforward re-statements of the
+authors' algorithms, and input validation. Small videos only (tens of frames, <= 64 px)."""
 from __future__ import annotations
 
 import cv2

@@ -21,9 +21,10 @@ class VideoTextPair:
 
 @dataclass(frozen=True)
 class Split:
-    """One split. Test splits hold one caption per video (the TTA protocol of every MLVP dataset, s5) unless a
-    dataset option asks for every caption (MSVD `captions: all`); train splits may repeat a video once per caption. `fingerprint` covers ids, captions and order, not paths, so a dataset moved
-    to another disk keeps its cache keys."""
+    """One split. Test splits hold one caption per video (the authors' TTA protocol on every MLVP dataset) unless a
+    dataset option asks for every caption (MSVD `captions: all`); train splits may repeat a video once per caption.
+    `fingerprint` covers ids, captions and order, not paths, so a dataset moved to another disk keeps its cache
+    keys."""
 
     dataset: str
     name: str

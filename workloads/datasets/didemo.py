@@ -1,4 +1,4 @@
-"""DiDeMo (test split, video-paragraph retrieval). Not in the reference code (vtr_tta_study s5); two layouts:
+"""DiDeMo (test split, video-paragraph retrieval). Not in the authors' code (bingqingzhang/vtr_tta); two layouts:
 
 1. "jsonl" (recommended, like ActivityNet): `test_anno.jsonl` / `train_anno.jsonl` with one {"clip_id", "text"} per
    line; videos `{root}/{videos_dir}/{clip_id}.mp4`.

@@ -1,4 +1,4 @@
-"""LSMDC (LSMDC16 public test, 1,000 clips) as the reference reads it (vtr_tta_study s5).
+"""LSMDC (LSMDC16 public test, 1,000 clips) as the authors' code reads it (bingqingzhang/vtr_tta, its dataset loaders).
 
 Files under root (names are options): `LSMDC16_challenge_1000_publictect.csv` (test, option `test_file`) and
 `LSMDC16_annos_training.csv` (train, option `train_file`); tab-separated, exactly 6 fields per line:

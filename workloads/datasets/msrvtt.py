@@ -1,4 +1,4 @@
-"""MSRVTT (1k-A test split, "JSFUSION"), as the reference reads it (vtr_tta_study s5).
+"""MSRVTT (1k-A test split, "JSFUSION"), as the authors' code reads it (bingqingzhang/vtr_tta, its dataset loaders).
 
 Files under root (names are options, defaults are the real ones):
 - `MSRVTT_JSFUSION_test.csv` (option `test_csv`): header `key,vid_key,video_id,sentence`, one caption per video,

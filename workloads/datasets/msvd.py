@@ -1,4 +1,4 @@
-"""MSVD as the reference reads it (vtr_tta_study s5).
+"""MSVD as the authors' code reads it (bingqingzhang/vtr_tta, its dataset loaders).
 
 Files under root (names are options):
 - `captions_msvd.json` (option `captions_json`): {video_id: [caption, ...]} for all 1,970 videos;
