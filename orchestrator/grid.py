@@ -407,6 +407,13 @@ def validate(grid: GridSpec) -> GridSpec:
     pre = grid.models.zero_shot_pretrain
     if pre is not None:
         _check_choice("models.zero_shot_pretrain.dataset", pre.dataset, known_datasets())
+        from workloads.datasets import DATASETS
+        from workloads.datasets.base import DatasetError
+
+        try:
+            DATASETS.lookup(pre.dataset).check_options(pre.options)
+        except DatasetError as err:
+            raise GridError(f"models.zero_shot_pretrain.options: {err}") from None
     for backbone, by_ds in grid.models.checkpoints.items():
         check_names("models.checkpoints", [backbone], grid.backbones, "backbone of this grid")
         for ds, path in by_ds.items():
@@ -416,7 +423,14 @@ def validate(grid: GridSpec) -> GridSpec:
     if grid.models.pretrained is not None and not Path(grid.models.pretrained).expanduser().is_file():
         raise GridError(f"models.pretrained: weights file not found: {grid.models.pretrained} "
                         "(weights are local files; nothing is downloaded)")
+    from workloads.datasets import DATASETS
+    from workloads.datasets.base import DatasetError
+
     for name, entry in grid.datasets.items():
+        try:  # option names, kinds and ranges, before any file is read
+            DATASETS.lookup(name).check_options(entry.options)
+        except DatasetError as err:
+            raise GridError(f"datasets.{name}.options: {err}") from None
         if entry.root is not None and not Path(entry.root).expanduser().is_dir():
             raise GridError(f"datasets.{name}.root: directory not found: {entry.root}")
         _check_path(f"datasets.{name}.assets.main_objects", entry.assets.main_objects, "file")

@@ -254,7 +254,7 @@ def test_didemo_clip4clip_layout_joins_descriptions(tmp_path):
 def test_didemo_errors(tmp_path):
     with pytest.raises(DatasetError, match=r"neither .*test_anno\.jsonl nor .*test_list\.txt"):
         create_dataset("didemo", root=str(tmp_path)).test_split()
-    with pytest.raises(DatasetError, match="format must be"):
+    with pytest.raises(DatasetError, match="option 'format' must be one of auto, jsonl, clip4clip"):
         create_dataset("didemo", root=str(tmp_path), format="csv")
     write(tmp_path / "test_list.txt", "a.mp4\n")
     write(tmp_path / "test_data.json", json.dumps([{"video": "a.mp4", "times": []}]))

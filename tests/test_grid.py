@@ -72,6 +72,21 @@ BAD_GRIDS = [
     ({"models__finetune__steps": -5}, "models.finetune.steps: must be an integer >= 1, got -5"),
     ({"models__finetune__lr": 0}, "models.finetune.lr: must be a number > 0, got 0.0"),
     ({"models__finetune__frames_per_clip": 20}, "models.finetune.frames_per_clip: must be between 1 and train_frames"),
+    # dataset options: names, kinds, choices and the generator's ranges, at load
+    ({"datasets": {"synthetic": {"options": {"n_tset": 5}}}},
+     "datasets.synthetic.options: dataset 'synthetic': unknown option(s) n_tset (did you mean 'n_test'?)"),
+    ({"datasets": {"synthetic": {"options": {"n_test": "x"}}}}, "option 'n_test' must be an integer, got 'x'"),
+    ({"datasets": {"synthetic": {"options": {"n_test": -5}}}}, "need n_train >= 1 and n_test >= 1"),
+    ({"query_gallery_shift": {"zero_shot": {"datasets": ["synthetic"]}},
+      "models__zero_shot_pretrain": {"dataset": "synthetic_c", "options": {"size": "big"}}},
+     "models.zero_shot_pretrain.options: dataset 'synthetic_c': option 'size' must be an integer"),
+    # text perturbations
+    ({"query_shift__directions": ["v2t", "t2v"], "query_shift__text_perturbations": ["ocrr"]},
+     "query_shift.text_perturbations[0]: unknown text perturbation 'ocrr' (did you mean 'ocr'?)"),
+    ({"query_shift__directions": ["v2t", "t2v"], "query_shift__text_perturbations": ["ocr"],
+      "query_shift__text_severities": {"character": [9]}}, "query_shift.text_severities.character[0]: unknown"),
+    ({"assets__back_translation_models": ["/only/one"]}, "assets.back_translation_models: give two folders"),
+    ({"assets__sentence_encoder": "/no/encoder"}, "assets.sentence_encoder: directory not found: /no/encoder"),
     # unknown names list the allowed ones
     ({"methods": ["source", "tnet"]}, "methods[1]: unknown method or variant 'tnet' (did you mean 'tent'?)"),
     ({"backbones": ["xpol"]},

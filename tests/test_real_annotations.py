@@ -72,7 +72,7 @@ def test_msvd_first_caption_protocol_and_all_captions(tmp_path):
     train = dataset("msvd", "MSVD", tmp_path, captions="first").train_split()
     assert len(set(train.video_ids)) == 1200 and len(train) == sum(
         len(captions[v]) for v in (ANNOTATIONS / "MSVD/train_list.txt").read_text().split())
-    with pytest.raises(DatasetError, match="captions must be one of first, all, got 'every'"):
+    with pytest.raises(DatasetError, match="option 'captions' must be one of first, all, got 'every'"):
         dataset("msvd", "MSVD", tmp_path, captions="every")
 
 

@@ -33,8 +33,7 @@ class JsonlAnnoDataset(AnnotatedDataset):
 class ActivityNetDataset(JsonlAnnoDataset):
     video_ext = ".mp4"
     option_defaults = {
-        "videos_dir": "videos",
-        "video_ext": None,
+        **AnnotatedDataset.option_defaults,
         "test_file": "val1_anno.jsonl",
         "train_file": "train_anno.jsonl",
     }

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Sequence
 
+from workloads.options import Option, OptionError
 from workloads.registry import Registry
 from workloads.seeding import digest
 
@@ -68,6 +69,11 @@ class VideoTextDataset:
 
     def train_split(self) -> Split:
         raise DatasetError(f"dataset {self.name!r} has no train split configured")
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """Raise DatasetError (one line) for an unknown or invalid option, before any file is read: grids call it
+        when they load."""
 
     def describe(self) -> dict:
         """JSON-able identity of this dataset for records (not for cache keys: use split fingerprints)."""
@@ -132,17 +138,45 @@ class AnnotatedDataset(VideoTextDataset):
     Relative file options are resolved against root; absolute ones are used as given. Videos live in
     `{root}/{videos_dir}` (option, default "videos"). Splits are parsed once per instance."""
 
+    # a loader lists its own options as {**AnnotatedDataset.option_defaults, ...}: every loader has these two
     option_defaults: ClassVar[dict[str, Any]] = {"videos_dir": "videos", "video_ext": None}
+    option_choices: ClassVar[dict[str, tuple]] = {}   # options with a closed set of values
     # one sentence: what must be under root and where to get it (used in error messages)
     provide: ClassVar[str] = ""
 
     def __init__(self, root: str | os.PathLike | None = None, **options):
-        unknown = sorted(set(options) - set(self.option_defaults))
-        if unknown:
-            raise DatasetError(f"dataset {self.name!r}: unknown option(s) {', '.join(unknown)}; "
-                               f"known options: {', '.join(sorted(self.option_defaults))}")
+        self.check_options(options)
         super().__init__(root=None if root is None else os.fspath(root), **options)
         self._splits: dict[str, Split] = {}
+
+    @classmethod
+    def option_specs(cls) -> dict[str, Option]:
+        """The options as typed Options (workloads/options.py): the kind of each default, its choices where it has
+        some; options without a typed default (null, lists) are taken as given and checked where they are used."""
+        specs = {}
+        for key, default in cls.option_defaults.items():
+            kind = type(default)
+            if kind in (bool, int, float, str):
+                specs[key] = Option(kind, default, choices=cls.option_choices.get(key))
+        return specs
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        unknown = sorted(set(options) - set(cls.option_defaults))
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], list(cls.option_defaults), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise DatasetError(f"dataset {cls.name!r}: unknown option(s) {', '.join(unknown)}{hint}; "
+                               f"known options: {', '.join(sorted(cls.option_defaults))}")
+        specs = cls.option_specs()
+        for key, value in options.items():
+            if key in specs:
+                try:
+                    specs[key].check(key, value, owner=f"dataset {cls.name!r}")
+                except OptionError as err:
+                    raise DatasetError(str(err)) from None
 
     # -- options and paths ------------------------------------------------------------------------------------
     def option(self, key: str) -> Any:

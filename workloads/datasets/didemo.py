@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from workloads.datasets.activitynet import JsonlAnnoDataset
 from workloads.datasets.base import (
+    AnnotatedDataset,
     DatasetError,
     VideoTextPair,
     read_id_list,
@@ -29,9 +30,9 @@ FORMATS = ("auto", "jsonl", "clip4clip")
 @register_dataset("didemo", order=4)
 class DiDeMoDataset(JsonlAnnoDataset):
     video_ext = ".mp4"
+    option_choices = {"format": FORMATS}
     option_defaults = {
-        "videos_dir": "videos",
-        "video_ext": None,
+        **AnnotatedDataset.option_defaults,
         "format": "auto",
         "test_file": "test_anno.jsonl",
         "train_file": "train_anno.jsonl",
@@ -45,9 +46,6 @@ class DiDeMoDataset(JsonlAnnoDataset):
 
     def __init__(self, root=None, **options):
         super().__init__(root=root, **options)
-        if self.option("format") not in FORMATS:
-            raise DatasetError(f"dataset 'didemo': format must be one of {', '.join(FORMATS)}, "
-                               f"got {self.option('format')!r}")
         self.skipped: dict[str, list[str]] = {}
 
     @property

@@ -31,8 +31,7 @@ def lsmdc_video_relpath(clip_id: str, ext: str = ".avi") -> str:
 class LSMDCDataset(AnnotatedDataset):
     video_ext = ".avi"
     option_defaults = {
-        "videos_dir": "videos",
-        "video_ext": None,
+        **AnnotatedDataset.option_defaults,
         "test_file": "LSMDC16_challenge_1000_publictect.csv",
         "train_file": "LSMDC16_annos_training.csv",
         "skip_clips": SKIPPED_CLIPS,

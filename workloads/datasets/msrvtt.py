@@ -46,9 +46,9 @@ def _read_csv(path) -> list[tuple[int, list[str]]]:
 @register_dataset("msrvtt", order=0)
 class MSRVTTDataset(AnnotatedDataset):
     video_ext = ".mp4"
+    option_choices = {"train_split": tuple(TRAIN_CSV)}
     option_defaults = {
-        "videos_dir": "videos",
-        "video_ext": None,
+        **AnnotatedDataset.option_defaults,
         "test_csv": "MSRVTT_JSFUSION_test.csv",
         "train_split": "9k",
         "train_csv": None,  # default: TRAIN_CSV[train_split]

@@ -29,9 +29,9 @@ from workloads.datasets.base import (
 @register_dataset("msvd", order=3)
 class MSVDDataset(AnnotatedDataset):
     video_ext = ".avi"
+    option_choices = {"captions": ("first", "all")}
     option_defaults = {
-        "videos_dir": "videos",
-        "video_ext": None,
+        **AnnotatedDataset.option_defaults,
         "captions_json": "captions_msvd.json",
         "test_list": "test_list.txt",
         "train_list": "train_list.txt",
@@ -39,14 +39,6 @@ class MSVDDataset(AnnotatedDataset):
     }
     provide = ("put captions_msvd.json, test_list.txt and train_list.txt (X-Pool's MSVD data) in the dataset root "
                "and the videos in <root>/videos/<video_id>.avi")
-
-    CAPTIONS = ("first", "all")
-
-    def __init__(self, root=None, **options):
-        super().__init__(root=root, **options)
-        if self.option("captions") not in self.CAPTIONS:
-            raise DatasetError(f"dataset 'msvd': captions must be one of {', '.join(self.CAPTIONS)}, "
-                               f"got {self.option('captions')!r}")
 
     def _captions(self) -> tuple[object, dict[str, list[str]]]:
         path = self.annotation_file("captions_json", "video id -> list of captions")

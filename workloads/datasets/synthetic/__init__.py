@@ -74,7 +74,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
-from workloads.datasets.base import Split, VideoTextPair, read_jsonl, register_dataset
+from workloads.datasets.base import DatasetError, Split, VideoTextPair, read_jsonl, register_dataset
 from workloads.datasets.msrvtt import MSRVTTDataset
 from workloads.datasets.synthetic.config import (  # noqa: F401  (the package's public names)
     ATTRIBUTES, BG_COLOURS, COLOURS, DATA_JSON, DOMAINS, GENERATOR_VERSION, MANIFEST, MOTIONS, PATTERNS, SHAPES, SIZES,
@@ -98,6 +98,15 @@ class SyntheticDataset(MSRVTTDataset):
         cfg = {k: v for k, v in options.items() if k != "workers"}
         self.config = SyntheticConfig(domain=self.domain, **cfg)
         self._data_dir: Path | None = None
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """Names and kinds as every dataset, then SyntheticConfig's own ranges (sizes, counts)."""
+        super().check_options(options)
+        try:
+            SyntheticConfig(domain=cls.domain, **{k: v for k, v in options.items() if k != "workers"})
+        except (TypeError, ValueError) as err:
+            raise DatasetError(f"dataset {cls.name!r}: {err}") from None
 
     def option(self, key: str) -> Any:
         if key in self.option_defaults:
