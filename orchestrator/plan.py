@@ -289,8 +289,13 @@ def build_plan(grid: GridSpec, paths: Paths) -> Plan:
             assets = render_assets.get((cell.dataset, cell.perturbation), "")
         for backbone in grid.backbones:
             model = models[(backbone, cell.source)]
-            if cell.direction == "t2v" and cell.perturbation != CLEAN:
-                assets = _text_set(grid, cell, (backbone, cell.source), model, datasets, text_sets)
+            if cell.direction == "t2v" and cell.mix:     # each (type, severity) the mix draws: its text set
+                versions = {p: _text_set(grid, cell.dataset, p, sev, (backbone, cell.source), model, datasets,
+                                         text_sets) for p, sev in Mix.from_json(cell.mix).cells()}
+                assets = json.dumps(versions, sort_keys=True)
+            elif cell.direction == "t2v" and cell.perturbation != CLEAN:
+                assets = _text_set(grid, cell.dataset, cell.perturbation, cell.severity, (backbone, cell.source),
+                                   model, datasets, text_sets)
             for entry in grid.methods:
                 method, options, faithful, variant = _method_entry(grid, entry)
                 trials.append(TrialSpec(
@@ -306,17 +311,17 @@ def build_plan(grid: GridSpec, paths: Paths) -> Plan:
                 list(text_sets.values()), notes)
 
 
-def _text_set(grid: GridSpec, cell, model_key: tuple[str, str], model: ModelPlan, datasets: dict[str, DatasetPlan],
-              text_sets: dict) -> str:
-    """The text set a t2v cell's trials with this model read, added to `text_sets`; returns its assets version
-    (the trials' render_assets). Sets made with a stand-in encoder belong to the model; others are shared."""
+def _text_set(grid: GridSpec, dataset: str, perturbation: str, severity: int, model_key: tuple[str, str],
+              model: ModelPlan, datasets: dict[str, DatasetPlan], text_sets: dict) -> str:
+    """The text set t2v trials with this model read at (perturbation, severity), added to `text_sets`; returns its
+    assets version (the trials' render_assets). Sets made with a stand-in encoder belong to the model; others are
+    shared."""
     from orchestrator.text_render import TextSetJob, needs_stand_in, text_assets_version
     from workloads.text_queries import TextSetKey
 
-    stand_in = needs_stand_in(grid, cell.dataset, cell.perturbation)
-    version = text_assets_version(grid, cell.dataset, cell.perturbation, model.version if stand_in else None)
-    key = TextSetKey(cell.dataset, datasets[cell.dataset].version, cell.perturbation, cell.severity, grid.seed,
-                     version)
+    stand_in = needs_stand_in(grid, dataset, perturbation)
+    version = text_assets_version(grid, dataset, perturbation, model.version if stand_in else None)
+    key = TextSetKey(dataset, datasets[dataset].version, perturbation, severity, grid.seed, version)
     text_sets.setdefault(key, TextSetJob(key, model_key if stand_in else None))
     return version
 

@@ -67,7 +67,10 @@ def test_plan_renders_every_cell_a_mix_can_draw(tmp_path, shared_cache):
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"directions": ["t2v"]}, "mixed_shift.directions[0]: unknown direction (mixed text shifts: not yet) 't2v'"),
+    ({"directions": ["t2b"]}, "mixed_shift.directions[0]: unknown direction 't2b' (did you mean 't2v'?)"),
+    ({"directions": ["t2v"], "severity_mix": {"text_perturbations": ["formal"]}},
+     "unknown character- or word-level text perturbation (sentence-level types have one severity) 'formal'"),
+    ({"directions": ["t2v"], "type_mix": {"text_severities": [8]}}, "mixed_shift.type_mix.text_severities[0]"),
     ({"type_mix": {"fractions": [1.5]}}, "mixed_shift.type_mix.fractions[0]: a share of the queries in (0, 1]"),
     ({"severity_mix": {"severities": [7]}}, "mixed_shift.severity_mix.severities[0]: unknown severity 7"),
     ({"severity_mix": {"perturbations": ["gausian_noise"]}}, "did you mean 'gaussian_noise'"),
@@ -122,3 +125,42 @@ def test_tables_17_and_18_layouts(tmp_path, shared_cache):
     types = pd.read_parquet(tmp_path / "t" / "mixed_types.parquet")
     assert list(types.columns) == ["dataset", "direction", "backbone", "method", "20%", "80%", "Avg"]
     assert (tmp_path / "t" / "mixed_tables.md").read_text().count("## ") == 2
+
+
+def test_a_t2v_type_mix_trial_perturbs_exactly_its_draws(tmp_path, shared_cache):
+    """The t2v analogue: half of the captions replaced by their char_swap-7 versions from the text set, the rest
+    scored exactly as the clean t2v trial scores them (Source, no adaptation)."""
+    from orchestrator.render import render_keys
+    from orchestrator.text_render import text_assets
+    from workloads.render_cache import RenderCache, render_video
+    from workloads.text_queries import TextSetKey, read_text_set, render_text_set
+    from workloads.trial import TrialContext, query_cells, run
+
+    grid = parse_grid({**MICRO, "mixed_shift": {"datasets": ["synthetic"], "directions": ["t2v"], "type_mix": {
+        "fractions": [0.5], "text_perturbations": ["char_swap"], "text_severities": [7]}}}, "mix.yaml")
+    plan = build_plan(grid, Paths.make(tmp_path / "r", shared_cache))
+    (mixed,) = plan.trials
+    assert mixed.direction == "t2v" and plan.renders == {"synthetic": [("clean", 0)]}
+    (job,) = plan.text_sets                        # char_swap does not retry: one set, no stand-in encoder
+    assert job.key.perturbation == "char_swap" and job.key.severity == 7 and job.stand_in is None
+    cache = RenderCache(tmp_path / "render")
+    ds = plan.datasets["synthetic"]
+    for pair in ds.test.pairs:
+        render_video(pair.video_path, render_keys(plan, "synthetic", pair.video_id), cache)
+    render_text_set(job.key, cache.root, [p.caption for p in ds.test.pairs], [p.video_id for p in ds.test.pairs],
+                    text_assets(grid, "synthetic", "char_swap"))
+    ctx = TrialContext(render_cache=str(cache.root), checkpoint=None, dataset_root=ds.root,
+                       dataset_options=ds.options, scores_dir=str(tmp_path / "scores"))
+    clean = TrialSpec(**{**mixed.to_dict(), "perturbation": "clean", "severity": 0, "mix": "", "render_assets": ""})
+    a, b = run(mixed, ctx), run(clean, ctx)
+    assert a.status == b.status == "ok", a.error
+    assert a.faithful_renders == 1.0                # nlpaug character level: the authors' algorithm
+    sa, sb = np.load(a.scores_path).astype(np.float32), np.load(b.scores_path).astype(np.float32)
+    hit = np.array([c != ("clean", 0) for c in query_cells(mixed, 40)])
+    assert hit.sum() == 20
+    texts = read_text_set(TextSetKey(**{**job.key.__dict__}), cache.root).texts
+    changed = np.array([t != p.caption for t, p in zip(texts, ds.test.pairs)])
+    # spared captions score as in the clean trial up to float rounding (a batch runs the text encoder to its longest
+    # caption, and perturbed neighbours change that length); perturbed ones differ by far more
+    assert np.abs(sa[~hit] - sb[~hit]).max() < 1e-3
+    assert np.abs(sa[hit & changed] - sb[hit & changed]).max(axis=1).min() > 1e-2

@@ -55,11 +55,6 @@ class TextSet:
         return float(np.mean(self.faithful)) if self.faithful else 1.0
 
 
-def text_set_key(spec) -> TextSetKey:
-    """The text set a t2v TrialSpec reads (its render_assets is the set's assets version)."""
-    return TextSetKey(spec.dataset, spec.data_version, spec.perturbation, spec.severity, spec.seed, spec.render_assets)
-
-
 class TextSetMissing(FileNotFoundError):
     pass
 

@@ -32,7 +32,7 @@ from workloads.metrics import k_occurrence, summarise
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
 from workloads.seeding import digest
 from workloads.spec import CLEAN, TrialSpec
-from workloads.text_queries import read_text_set, text_set_key
+from workloads.text_queries import TextSetKey, read_text_set
 
 
 @dataclass
@@ -132,6 +132,29 @@ def _clip_batches(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, te
         yield QueryBatch(b, model.preprocess_frames(torch.from_numpy(frames)))
 
 
+def _text_queries(spec: TrialSpec, test: Split, ctx: TrialContext
+                  ) -> tuple[list[str], list[bool] | None, list[str]]:
+    """The t2v query captions in split order (perturbed ones from their text sets, workloads/text_queries.py), with
+    per-caption faithful flags (None for clean queries) and the fallbacks used."""
+    captions = [p.caption for p in test.pairs]
+    if spec.perturbation == CLEAN and not spec.mix:
+        return captions, None, []
+    cells = query_cells(spec, len(test))
+    faithful = [True] * len(test)
+    fallbacks: set[str] = set()
+    sets = {}
+    for i, (pert, sev) in enumerate(cells):
+        if pert == CLEAN:
+            continue
+        if (pert, sev) not in sets:
+            key = TextSetKey(spec.dataset, spec.data_version, pert, sev, spec.seed, spec.assets_for(pert))
+            sets[(pert, sev)] = read_text_set(key, ctx.render_cache, len(test))
+            fallbacks |= set(sets[(pert, sev)].fallbacks)
+        captions[i] = sets[(pert, sev)].texts[i]
+        faithful[i] = sets[(pert, sev)].faithful[i]
+    return captions, faithful, sorted(fallbacks)
+
+
 def _read_clip(cache: RenderCache, key: RenderKey) -> np.ndarray:
     try:
         return cache.read(key)[0]
@@ -205,17 +228,13 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
             result.faithful_renders = float(np.mean([m["faithful"] for m in metas])) if metas else None
             result.fallbacks = sorted({m["fallback"] for m in metas if m.get("fallback")})
         else:
-            captions = [p.caption for p in test.pairs]
-            if spec.perturbation != CLEAN:                   # perturbed text queries from the text render stage
-                text_set = read_text_set(text_set_key(spec), ctx.render_cache, len(test))
-                captions = text_set.texts
+            captions, faithful, fallbacks = _text_queries(spec, test, ctx)
             gallery_rows, dropped, _ = _load_clips(spec, cache, test, [(CLEAN, 0)] * len(test))
             query_rows = gallery_rows                        # a caption whose video failed has no match: drop it
             gt = np.arange(len(query_rows))
-            if spec.perturbation != CLEAN:
-                result.faithful_renders = float(np.mean([text_set.faithful[i] for i in query_rows])) \
-                    if query_rows else None
-                result.fallbacks = sorted(text_set.fallbacks)
+            if faithful is not None:
+                result.faithful_renders = float(np.mean([faithful[i] for i in query_rows])) if query_rows else None
+                result.fallbacks = fallbacks
         result.dropped = dropped
         if not query_rows:
             raise RuntimeError(f"no usable queries: all {len(test)} clips are missing or failed "

@@ -6,6 +6,10 @@
   from the lists (every registered type and 1-5 by default), the rest clean. One cell per fraction; columns the
   fractions, then their average.
 Each dataset with its own checkpoint, as query shift; the draws are in the trial key (workloads/mixing.py).
+
+The paper mixes video perturbations (v2t). t2v mixes draw from `text_perturbations` / `text_severities` instead: the
+character- and word-level text types ("all": those that can run here), severities 1-7; the sentence-level types have
+one severity and no place in a severity mix, so t2v mixes leave them out.
 """
 from __future__ import annotations
 
@@ -18,10 +22,16 @@ from orchestrator.scenarios.base import Cell, ResultTable, Scenario, TableOrder,
 from workloads.mixing import Mix
 
 
+TEXT_SEVERITIES = [1, 2, 3, 4, 5, 6, 7]
+MIXABLE_TEXT_LEVELS = ("character", "word")
+
+
 @dataclass
 class SeverityMixConfig:
-    perturbations: list[str] | str = "all"           # types, or "all" registered video types
+    perturbations: list[str] | str = "all"           # types, or "all" registered video types (v2t)
     severities: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
+    text_perturbations: list[str] | str = "all"      # t2v: character- and word-level text types, or "all"
+    text_severities: list[int] = field(default_factory=lambda: list(TEXT_SEVERITIES))
 
 
 @dataclass
@@ -29,6 +39,8 @@ class TypeMixConfig:
     fractions: list[float] = field(default_factory=lambda: [0.2, 0.4, 0.6, 0.8])
     perturbations: list[str] | str = "all"
     severities: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
+    text_perturbations: list[str] | str = "all"
+    text_severities: list[int] = field(default_factory=lambda: list(TEXT_SEVERITIES))
 
 
 @dataclass
@@ -54,12 +66,45 @@ class MixedShift(Scenario):
 
         return known_video_perturbations() if chosen == "all" else list(chosen)
 
+    @staticmethod
+    def _mixable_text() -> list[str]:
+        from workloads.perturbations.text import TEXT_PERTURBATIONS
+
+        return [n for n in TEXT_PERTURBATIONS.names() if TEXT_PERTURBATIONS.info(n)["level"] in MIXABLE_TEXT_LEVELS]
+
+    def _pool(self, grid, part, direction: str, dataset: str) -> tuple[list[str], list[int]]:
+        """(types, severities) a query of this direction draws from: video types for v2t; for t2v the text types
+        that can run on `dataset` with the grid's assets (the others are plan notes)."""
+        if direction == "v2t":
+            return self._types(part.perturbations), list(part.severities)
+        from orchestrator.text_render import unavailable_reason
+
+        chosen = self._mixable_text() if part.text_perturbations == "all" else list(part.text_perturbations)
+        return [p for p in chosen if unavailable_reason(grid, dataset, p) is None], list(part.text_severities)
+
+    def notes(self, grid) -> list[str]:
+        from orchestrator.text_render import unavailable_reason
+
+        c, out = self.config, []
+        if "t2v" not in c.directions:
+            return out
+        for ds in c.datasets:
+            for name, part in (("severity_mix", c.severity_mix), ("type_mix", c.type_mix)):
+                if part is None:
+                    continue
+                chosen = self._mixable_text() if part.text_perturbations == "all" else part.text_perturbations
+                for p in chosen:
+                    reason = unavailable_reason(grid, ds, p)
+                    if reason:
+                        out.append(f"{ds} t2v mixed_shift.{name}: {p} left out of the mix: {reason}")
+        return out
+
     def check(self, grid) -> None:
         from orchestrator.grid import GridError, check_names, known_video_perturbations
 
         c, where = self.config, "mixed_shift"
         check_names(f"{where}.datasets", c.datasets, list(grid.datasets), "dataset (declare it under datasets:)")
-        check_names(f"{where}.directions", c.directions, ["v2t"], "direction (mixed text shifts: not yet)")
+        check_names(f"{where}.directions", c.directions, ["v2t", "t2v"], "direction")
         if not c.datasets:
             raise GridError(f"{where}.datasets: list at least one dataset")
         if c.severity_mix is None and c.type_mix is None:
@@ -76,6 +121,16 @@ class MixedShift(Scenario):
             check_names(f"{where}.{name}.severities", part.severities, [1, 2, 3, 4, 5], "severity")
             if not part.severities or not self._types(part.perturbations):
                 raise GridError(f"{where}.{name}: list at least one perturbation and one severity")
+            if isinstance(part.text_perturbations, str) and part.text_perturbations != "all":
+                raise GridError(f"{where}.{name}.text_perturbations: a list of character- or word-level text "
+                                f"perturbations or 'all', got {part.text_perturbations!r}")
+            if part.text_perturbations != "all":
+                check_names(f"{where}.{name}.text_perturbations", part.text_perturbations, self._mixable_text(),
+                            "character- or word-level text perturbation (sentence-level types have one severity)")
+            check_names(f"{where}.{name}.text_severities", part.text_severities, TEXT_SEVERITIES,
+                        "text severity")
+            if "t2v" in c.directions and (not part.text_severities or not part.text_perturbations):
+                raise GridError(f"{where}.{name}: list at least one text perturbation and one text severity for t2v")
         if c.type_mix is not None:
             for i, f in enumerate(c.type_mix.fractions):
                 if not 0.0 < f <= 1.0:
@@ -88,13 +143,15 @@ class MixedShift(Scenario):
         for ds in c.datasets:
             for direction in c.directions:
                 if c.severity_mix is not None:
-                    for p in self._types(c.severity_mix.perturbations):
-                        mix = Mix((p,), tuple(c.severity_mix.severities))
-                        out.append(Cell(ds, direction, ds, p, 0, mix.to_json()))
+                    types, severities = self._pool(grid, c.severity_mix, direction, ds)
+                    for p in types:
+                        out.append(Cell(ds, direction, ds, p, 0, Mix((p,), tuple(severities)).to_json()))
                 if c.type_mix is not None:
-                    types = tuple(self._types(c.type_mix.perturbations))
+                    types, severities = self._pool(grid, c.type_mix, direction, ds)
+                    if not types:
+                        continue
                     for f in c.type_mix.fractions:
-                        out.append(Cell(ds, direction, ds, MIXED, 0, Mix(types, tuple(c.type_mix.severities),
+                        out.append(Cell(ds, direction, ds, MIXED, 0, Mix(tuple(types), tuple(severities),
                                                                          float(f)).to_json()))
         return out
 
