@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from workloads.atomic import atomic_path
+from workloads.perturbations.text import PerturbedCaptions
 from workloads.seeding import digest
 from workloads.spec import cell_label
 
@@ -43,11 +44,8 @@ class TextSetKey:
 
 
 @dataclass
-class TextSet:
-    texts: list[str]
-    faithful: list[bool]
-    fallbacks: dict[str, int] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
+class TextSet(PerturbedCaptions):
+    """A split's perturbed captions (PerturbedCaptions) with the video ids they belong to, as stored."""
     video_ids: list[str] = field(default_factory=list)
 
     @property
