@@ -110,10 +110,14 @@ def _make(name: str):
 
         def sample(text: str, stream: CaptionStream, count: int) -> list:
             ids = tokenizer.encode(prefix + text, return_tensors="pt").to(device)
+            preds = []
+            # one seeded generate call per attempt, as a sequential loop makes them: a block of `count` attempts
+            # is then the same attempts however the engine groups them (its batched retry relies on this)
             with torch.random.fork_rng(devices=_models.cuda_devices(device)), torch.inference_mode():
-                torch.manual_seed(stream.next_seed())
-                preds = model.generate(ids, attention_mask=torch.ones_like(ids), **GENERATION,
-                                       num_return_sequences=per_attempt * count)
+                for _ in range(count):
+                    torch.manual_seed(stream.next_seed())
+                    preds.extend(model.generate(ids, attention_mask=torch.ones_like(ids), **GENERATION,
+                                                num_return_sequences=per_attempt))
             decoded = [tokenizer.decode(p, skip_special_tokens=True).strip() for p in preds]
             if not uses_adequacy:
                 return decoded
