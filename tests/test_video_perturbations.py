@@ -331,8 +331,8 @@ def test_h264_is_a_real_codec_with_measured_bitrate(grainy):
     assert [r.meta["target_bitrate_bps"] for r in rs] == [500_000, 250_000, 100_000, 50_000, 25_000]
     measured = [r.meta["measured_bitrate_bps"] for r in rs]
     assert all(a > b for a, b in zip(measured, measured[1:])), measured
-    for r in rs:  # the VBV cap keeps even 25k close to its target
-        assert 0.3 < r.meta["measured_bitrate_bps"] / r.meta["target_bitrate_bps"] < 1.5, r.meta
+    for r in rs:
+        assert r.meta["pix_fmt"] == "yuv444p" and r.meta["profile"] == "High 4:4:4 Predictive", r.meta
         assert r.meta["decoded_frames"] == r.meta["encoded_frames"] == len(grainy)
         assert r.meta["fps"] == 30.0 and r.meta["fps_source"] == "default"
     assert not np.array_equal(rs[0].frames, clean) and psnr(rs[0].frames, clean) > 30
@@ -346,10 +346,11 @@ def test_h264_fps_asset_sets_the_rate(grainy):
     assert psnr(r10.frames, ClipContext(grainy).sampled) > psnr(r30.frames, ClipContext(grainy).sampled)
 
 
-def test_h264_odd_sizes():
+def test_h264_odd_sizes():  # 4:4:4 takes odd sizes as they are (the reference's CLI does too)
     v = moving_texture(n=14, h=33, w=47)
     r = render("h264_compression", v, 3)
-    assert r.frames.shape == (12, 33, 47, 3) and r.meta["padded_to_even"] is True
+    assert r.frames.shape == (12, 33, 47, 3) and r.meta["decoded_frames"] == 14
+    assert psnr(r.frames, ClipContext(v).sampled) > 25
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -424,7 +425,8 @@ for i, clip in enumerate(sample_clips(cfg)[:8]):
 
 
 def test_every_type_renders_identical_bytes_in_another_process():
-    # x264's mbtree once made h264_compression differ between processes: check all types across processes
+    # x264's AVX-512 code with mbtree made h264_compression differ between processes (see its module docstring):
+    # check all types across processes
     import os
     import subprocess
     import sys

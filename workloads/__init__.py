@@ -5,6 +5,6 @@ CODE_VERSION = "0.1.0"  # the package version, recorded with every result
 
 # Content versions, part of the cache and ledger keys: bump one when a change alters what that stage produces, so
 # stale results are never mixed with new ones, and only that stage's caches are invalidated.
-RENDER_VERSION = "3"     # perturbation outputs (render cache; and, through it, every trial)
+RENDER_VERSION = "4"     # perturbation outputs (render cache; and, through it, every trial)
 FINETUNE_VERSION = "2"   # source fine-tuning (checkpoints; and, through model_version, every trial)
 TRIAL_VERSION = "2"      # online TTA, scoring and metrics (trial keys, gallery cache)

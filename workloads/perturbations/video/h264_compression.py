@@ -1,24 +1,38 @@
-"""H.264 compression (s2.6): a real libx264 encode AND decode of the FULL frame sequence at the source fps.
+"""H.264 compression (s2.6): a real libx264 encode AND decode of the FULL frame sequence at the source fps, encoded
+as the reference's ffmpeg CLI call encodes it.
 
-bitrate = [500k, 250k, 100k, 50k, 25k] bit/s, preset fast (the reference's `ffmpeg -b:v <rate> -preset fast`), then
-12 frames are sampled with the uniform rule from the decoded stream. Encoding and decoding go through PyAV, whose
-wheel bundles FFmpeg with libx264, in memory (no temp files, no ffmpeg CLI). Differences from the reference, all
-recorded in meta:
-- `maxrate` = the target bitrate with `bufsize` = half of it (a 0.5 s VBV), so low targets do not overshoot. (Plain
-  ABR, the reference's setting, can overshoot at 25k; a 1 s VBV overshot short clips by 15-55% because x264 starts
-  with the buffer 90% full; 0.5 s landed within 0.96-1.2x of the target on our test clips.) The measured
-  elementary-stream bitrate is recorded as `measured_bitrate_bps`;
-- one encoder/decoder thread, so the bytes do not depend on the machine's core count;
-- RGB -> yuv420p conversion (swscale, bicubic, as the ffmpeg CLI) is done once per clip and shared by all severities;
-- odd frame sizes (which libx264's yuv420p rejects) are edge-padded to even and cropped back after decoding.
-fps: asset `fps` when given (render(..., fps=29.97)), else 30.
+The reference pipes raw bgr24 frames into `ffmpeg -f rawvideo -pix_fmt bgr24 -r <fps> -i - -an -vcodec libx264
+-b:v <rate> -preset fast out.mp4` (rate 500k, 250k, 100k, 50k, 25k bit/s) and reads the result back with
+cv2.VideoCapture; 12 frames are then sampled with the uniform rule from the decoded stream. With no `-pix_fmt` the
+CLI hands libx264 the closest lossless format to bgr24, yuv444p, so the stream is High 4:4:4 Predictive with full
+resolution chroma; `-b:v` alone is x264's plain ABR (no VBV), with x264's defaults for the rest (macroblock-tree rate
+control on). Ours does the same through PyAV, whose wheel bundles FFmpeg with libx264, in memory (no temp files, no
+ffmpeg CLI):
+- RGB -> yuv444p through swscale (BT.601, limited range: what the CLI's automatic conversion does), once per clip
+  and shared by all severities; odd frame sizes need no padding in 4:4:4;
+- libx264 with preset fast, `bit_rate` = the target, nothing else set; the parameter sets go in the extradata (the
+  global-header flag), as the CLI's mp4 muxer asks;
+- decoded back to RGB by FFmpeg's h264 decoder and swscale (bicubic, as OpenCV's FFmpeg backend converts);
+- fps: the asset `fps` when given (render(..., fps=29.97)), else 30; a rational within 1/1001000, as ffmpeg parses
+  the CLI's `-r str(fps)`.
+Two settings the reference does not use, both for reproducibility (a render must be the same bytes in every
+process, see tests/test_video_perturbations.py):
+- one encoder thread (the CLI picks a thread count from the core count, and x264's frame threads change the bytes);
+- x264's SIMD limited to SSE4.2 on x86 (`asm=` below). The AVX-512 code of the libx264 bundled with PyAV made the
+  same frames encode to different bytes from one process to another (and from call to call in one process) whenever
+  mbtree was on; without AVX-512 the bytes are stable, and SSSE3 up to AVX2 all give the same bytes, so the render
+  no longer depends on which of those the machine has. The old workaround, mbtree off, changed the rate control
+  itself.
+benchmarks/h264_psnr.py measures both against the CLI on the same frames (docs/faithfulness.md: H.264 compression):
+PSNR within 0.1 dB of the CLI with one thread and within 0.3 dB of the CLI with its automatic threads, so the type
+stays `faithful: true`.
 """
 from __future__ import annotations
 
+import platform
 from fractions import Fraction
 
 import av
-import cv2
 import numpy as np
 
 from workloads.perturbations.video._registry import ClipContext, register
@@ -26,8 +40,26 @@ from workloads.video_io import uniform_indices
 
 BITRATES = (500_000, 250_000, 100_000, 50_000, 25_000)
 PRESET = "fast"
-VBV_SECONDS = 0.5  # bufsize = VBV_SECONDS * bitrate
+PIX_FMT = "yuv444p"  # what the CLI picks for bgr24 input when no -pix_fmt is given
 DEFAULT_FPS = 30.0
+FPS_MAX_DENOMINATOR = 1_001_000  # ffmpeg's av_parse_video_rate bound
+# x264's SIMD levels up to SSE4.2: every x86-64 CPU of the last 15 years has them (x86-64-v2)
+X264_ASM_X86 = "MMX2,SSE,SSE2,SSE3,SSSE3,SSE4.1,SSE4.2"
+
+
+def x264_asm() -> str | None:
+    """The `asm` value given to x264: SIMD up to SSE4.2 on x86 CPUs that have it, x264's C code ("0") on older x86
+    CPUs, and x264's own choice (None) elsewhere (ARM has no AVX-512)."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "x86", "i686"):
+        return None
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:  # numpy < 2
+        try:
+            from numpy.core._multiarray_umath import __cpu_features__ as features
+        except ImportError:
+            features = {}
+    return X264_ASM_X86 if features.get("SSE42") else "0"
 
 
 def _fps(ctx: ClipContext) -> float:
@@ -41,47 +73,45 @@ def _fps(ctx: ClipContext) -> float:
 
 
 def _yuv_frames(ctx: ClipContext) -> list[np.ndarray]:
-    """The whole clip as yuv420p planes [H*3/2, W] (even-padded), converted once per clip."""
+    """The whole clip as yuv444p planes [3, H, W], converted once per clip."""
 
     def compute():
-        video = ctx.video
-        h, w = video.shape[1:3]
-        out = []
-        for frame in video:
-            if h % 2 or w % 2:
-                frame = cv2.copyMakeBorder(frame, 0, h % 2, 0, w % 2, cv2.BORDER_REPLICATE)
-            vf = av.VideoFrame.from_ndarray(frame, format="rgb24")
-            out.append(vf.reformat(format="yuv420p", interpolation="BICUBIC").to_ndarray())
-        return out
+        return [av.VideoFrame.from_ndarray(frame, format="rgb24").reformat(format=PIX_FMT).to_ndarray()
+                for frame in ctx.video]
 
-    return ctx.memo("_h264.yuv", compute)
+    return ctx.memo("_h264.yuv444p", compute)
 
 
-def encode(yuv: list[np.ndarray], width: int, height: int, bitrate: int, fps: float) -> list[bytes]:
-    """libx264 packets (bytes) of the yuv420p frames."""
-    rate = Fraction(fps).limit_denominator(100_000)
+def encode(yuv: list[np.ndarray], width: int, height: int, bitrate: int, fps: float) -> tuple[list[bytes], bytes]:
+    """libx264 packets (bytes) of the yuv444p frames, and the extradata (SPS/PPS) they need."""
+    rate = Fraction(fps).limit_denominator(FPS_MAX_DENOMINATOR)
     enc = av.CodecContext.create("libx264", "w")
-    enc.width, enc.height, enc.pix_fmt = width, height, "yuv420p"
+    enc.width, enc.height, enc.pix_fmt = width, height, PIX_FMT
     enc.time_base = 1 / rate
     enc.framerate = rate
     enc.bit_rate = int(bitrate)
+    enc.flags |= av.codec.context.Flags.global_header  # headers out of band, as the CLI's mp4 muxer requests
     enc.thread_count = 1
-    # mbtree off: with x264's macroblock-tree rate control the same frames encoded to different bytes in different
-    # processes (its result depended on the heap layout); renders must be reproducible (see video_io.write_mp4)
-    enc.options = {"preset": PRESET, "maxrate": str(int(bitrate)), "bufsize": str(int(bitrate * VBV_SECONDS)),
-                   "threads": "1", "x264-params": "mbtree=0"}
+    options = {"preset": PRESET, "threads": "1"}
+    asm = x264_asm()
+    if asm is not None:
+        options["x264-params"] = f"asm={asm}"
+    enc.options = options
     packets: list[bytes] = []
     for i, planes in enumerate(yuv):
-        frame = av.VideoFrame.from_ndarray(planes, format="yuv420p")
+        frame = av.VideoFrame.from_ndarray(planes, format=PIX_FMT)
         frame.pts = i
         packets.extend(bytes(p) for p in enc.encode(frame))
     packets.extend(bytes(p) for p in enc.encode(None))
-    return packets
+    return packets, bytes(enc.extradata or b"")
 
 
-def decode(packets: list[bytes], wanted: set[int] | None) -> tuple[dict[int, np.ndarray], int]:
-    """Decode every packet; return RGB frames for the display indices in `wanted` (all if None) and the count."""
+def decode(packets: list[bytes], extradata: bytes, wanted: set[int] | None
+           ) -> tuple[dict[int, np.ndarray], int, tuple[str, str]]:
+    """Decode every packet; return RGB frames for the display indices in `wanted` (all if None), the count, and the
+    stream's (pixel format, profile) as FFmpeg's decoder reads them from the parameter sets."""
     dec = av.CodecContext.create("h264", "r")
+    dec.extradata = extradata
     dec.thread_count = 1
     kept: dict[int, np.ndarray] = {}
     count = 0
@@ -96,7 +126,7 @@ def decode(packets: list[bytes], wanted: set[int] | None) -> tuple[dict[int, np.
     for data in packets:
         take(dec.decode(av.Packet(data)))
     take(dec.decode(None))
-    return kept, count
+    return kept, count, (str(dec.pix_fmt), str(dec.profile))
 
 
 @register("h264_compression", order=5, level="low", full_video=True)
@@ -105,29 +135,28 @@ def h264_compression(ctx: ClipContext, severity: int, rng: np.random.Generator):
     bitrate = BITRATES[severity - 1]
     fps = _fps(ctx)
     n, h, w = ctx.video.shape[:3]
-    yuv = _yuv_frames(ctx)
-    eh, ew = h + h % 2, w + w % 2
-    packets = encode(yuv, ew, eh, bitrate, fps)
+    packets, extradata = encode(_yuv_frames(ctx), w, h, bitrate, fps)
     nbytes = sum(len(p) for p in packets)
     wanted = uniform_indices(n, ctx.num_frames)
-    kept, count = decode(packets, set(int(i) for i in wanted))
+    kept, count, (pix_fmt, profile) = decode(packets, extradata, set(int(i) for i in wanted))
     if count != n:  # the codec dropped or added frames: sample from what it returned, as the reference does
-        kept, count = decode(packets, None)
+        kept, count, _ = decode(packets, extradata, None)
         wanted = uniform_indices(count, ctx.num_frames)
-    frames = np.stack([kept[int(i)][:h, :w] for i in wanted])
+    frames = np.stack([kept[int(i)] for i in wanted])
     meta = {
         "faithful": True,
         "codec": f"libx264 via PyAV {av.__version__}",
         "preset": PRESET,
-        "rate_control": f"ABR + VBV (maxrate = target, bufsize = {VBV_SECONDS} s), mbtree off; reference: ABR only",
+        "pix_fmt": pix_fmt,  # read back from the stream
+        "profile": profile,
+        "rate_control": "ABR (-b:v only, no VBV), x264 defaults (mbtree on), as the reference's CLI call",
         "target_bitrate_bps": bitrate,
-        "maxrate_bps": bitrate,
-        "bufsize_bits": int(bitrate * VBV_SECONDS),
         "measured_bitrate_bps": round(nbytes * 8 * fps / n, 1),
+        "threads": 1,
+        "x264_asm": x264_asm() or "auto",
         "fps": fps,
         "fps_source": "asset" if ctx.assets.get("fps") is not None else "default",
         "encoded_frames": n,
         "decoded_frames": count,
-        "padded_to_even": bool(h % 2 or w % 2),
     }
     return frames, meta
