@@ -1,5 +1,5 @@
-"""The embedded synthetic dataset: real .mp4 files read back through decord and the MSRVTT loader, determinism,
-compositional test captions, caching, motion trails and the two domains. Small instances only (32 px)."""
+"""The embedded synthetic dataset: real .mp4 files read back through decord, OpenCV and the MSRVTT loader,
+determinism, compositional test captions, caching, motion trails and the two domains. Small instances only (32 px)."""
 from __future__ import annotations
 
 import json
@@ -38,13 +38,21 @@ def test_layout_and_videos_decode(small):
     assert len(test) == 24 and len(train) == 120  # 2 captions per train video
     assert len(set(train.video_ids)) == 60
     assert small.missing_videos("test") == [] and small.missing_videos("train") == []
-    import decord  # the reference's reader itself, not only workloads.video_io (which can fall back to PyAV)
+    import cv2
+    import decord  # decord itself, not only workloads.video_io (which can fall back to PyAV)
 
     for pair in test.pairs[:4]:
         assert pair.video_path == str(d / "videos" / f"{pair.video_id}.mp4")
         vr = decord.VideoReader(pair.video_path, ctx=decord.cpu(0), num_threads=1)
         assert vr.get_batch(list(range(len(vr)))).asnumpy().shape == (16, 32, 32, 3)
-        assert read_video(pair.video_path).shape == (16, 32, 32, 3)
+        ours = read_video(pair.video_path)
+        assert ours.shape == (16, 32, 32, 3)
+        cap = cv2.VideoCapture(pair.video_path)  # the authors' reader: the same frames, pixel for pixel
+        theirs = []
+        while (got := cap.read())[0]:
+            theirs.append(got[1][..., ::-1])
+        cap.release()
+        assert np.array_equal(np.stack(theirs), ours)
         frames = read_frames(pair.video_path, 12)
         assert frames.shape == (12, 32, 32, 3) and frames.dtype == np.uint8
         assert frames.std() > 5  # not blank
