@@ -16,13 +16,13 @@ ffmpeg CLI):
 - fps: the asset `fps` when given (render(..., fps=29.97)), else 30; a rational within 1/1001000, as ffmpeg parses
   the CLI's `-r str(fps)`.
 Two settings the reference does not use, both for reproducibility (a render must be the same bytes in every
-process, see tests/test_video_perturbations.py):
+process: tests/test_video_perturbations.py checks it across processes, tests/test_h264_compression.py across calls):
 - one encoder thread (the CLI picks a thread count from the core count, and x264's frame threads change the bytes);
 - x264's SIMD limited to SSE4.2 on x86 (`asm=` below). The AVX-512 code of the libx264 bundled with PyAV made the
   same frames encode to different bytes from one process to another (and from call to call in one process) whenever
-  mbtree was on; without AVX-512 the bytes are stable, and SSSE3 up to AVX2 all give the same bytes, so the render
-  no longer depends on which of those the machine has. The old workaround, mbtree off, changed the rate control
-  itself.
+  mbtree was on; without AVX-512 the bytes are stable, and SSSE3 up to AVX2 all gave the same bytes (a 240-frame
+  clip at two rates), so the render does not depend on which of those the machine has. The old workaround, mbtree
+  off, changed the rate control itself.
 benchmarks/h264_psnr.py measures both against the CLI on the same frames (docs/faithfulness.md: H.264 compression):
 PSNR within 0.03 dB of the CLI with one thread, and -0.37 ... +0.28 dB (mean -0.03) from the CLI with its own thread
 count, which itself moves by up to 1 dB between thread counts; so the type stays `faithful: true`.
