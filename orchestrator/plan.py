@@ -164,9 +164,16 @@ def _image_size(clip_model: str) -> int:
 
 
 def _file_version(path: str) -> str:
-    from workloads.seeding import file_digest
+    """Content key of a weights file, or of a Hugging Face / open_clip folder (its weights file and config)."""
+    from workloads.seeding import digest, file_digest
 
-    return "file:" + file_digest(path)
+    p = Path(path).expanduser()
+    if p.is_dir():
+        from workloads.backbones.convert import _folder_weights
+
+        _, weights, config = _folder_weights(p)
+        return "file:" + digest([file_digest(weights), file_digest(config) if config else None])
+    return "file:" + file_digest(p)
 
 
 def _method_entry(grid: GridSpec, entry: str) -> tuple[str, dict, bool, str]:
