@@ -89,6 +89,7 @@ class CheckReport:
     comparisons: list[Comparison]
     tolerance: float
     seconds: float = 0.0
+    render: Any = None                       # orchestrator.render.RenderSummary of the clean clips it rendered
 
     def misses(self) -> list[Comparison]:
         return [c for c in self.comparisons if c.missed(self.tolerance)]
@@ -204,6 +205,7 @@ def run_check(plan: Plan, checkpoints: dict[str, dict[str, Any]], ledger: TrialL
                 case.results[d], case.reused[d] = entry, True
         if len(case.results) < len(case.specs):
             todo.append(case)
+    summary = None
     if todo:
         summary = render_clean(plan, console)
         if summary.rendered or summary.failed:
@@ -217,9 +219,19 @@ def run_check(plan: Plan, checkpoints: dict[str, dict[str, Any]], ledger: TrialL
                 d = result["spec"]["direction"]
                 case.results[d], case.reused[d] = result, False
                 ledger.put(result, submission=submission or "check")
-    report = CheckReport([compare(c, d) for c in cases for d in c.specs], tolerance, time.time() - t0)
+    report = CheckReport([compare(c, d) for c in cases for d in c.specs], tolerance, time.time() - t0, summary)
     print_check(report, console)
     return report
+
+
+def fold_render(check: CheckReport | None, summary) -> None:
+    """Count the clean clips `check` rendered into the render stage's summary (which found them cached), so a
+    submission's summary still says what it rendered and what it reused."""
+    if check is None or check.render is None:
+        return
+    summary.rendered += check.render.rendered
+    summary.reused -= check.render.rendered
+    summary.seconds += check.render.seconds
 
 
 def _fmt(v: float | None) -> str:

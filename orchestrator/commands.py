@@ -8,7 +8,7 @@ from rich.markup import escape
 
 from orchestrator.grid import load_grid
 from orchestrator.ledger import TrialLedger
-from orchestrator.plan import Paths, build_plan
+from orchestrator.plan import Paths, build_plan, missing_videos
 from orchestrator.submit import SubmitOptions, make_console, print_plan, select_trials, submit
 
 
@@ -52,6 +52,7 @@ def cmd_resume(args) -> int:
 def cmd_plan(args) -> int:
     grid = load_grid(args.grid)
     plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
+    plan.notes.extend(missing_videos(plan))
     todo, status = select_trials(plan, TrialLedger(plan.paths.ledger), False, False)
     console = make_console()
     print_plan(plan, status, todo, console)
@@ -74,6 +75,8 @@ def cmd_check(args) -> int:
     check_writable(paths.cache)
     plan = build_plan(grid, paths)
     console = make_console()
+    for note in missing_videos(plan):
+        console.print(f"[yellow]note[/]: {escape(note)}")
     ray_env.start_ray(args.address, args.num_cpus, dashboard=False)
     try:
         report = run_check(plan, prepare_models(plan, console), TrialLedger(paths.ledger), console, args.tolerance)

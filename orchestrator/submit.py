@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from orchestrator.grid import GridSpec, load_grid
 from orchestrator.ledger import TrialLedger
-from orchestrator.plan import Paths, Plan, build_plan
+from orchestrator.plan import Paths, Plan, build_plan, missing_videos
 from orchestrator.results import write_tables
 from orchestrator.tracking import Tracker, check_store, default_tracking_uri, store_key
 from workloads.spec import CLEAN, TrialSpec
@@ -179,6 +179,7 @@ def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
         check_writable(paths.cache)
     ledger = TrialLedger(paths.ledger)
     plan = build_plan(grid, paths)
+    plan.notes.extend(missing_videos(plan))   # all at once, before anything starts; none of a split's: PlanError
     todo, status = select_trials(plan, ledger, opts.only_failed, opts.rerun, opts.incomplete)
     done_before = sum(1 for s in status.values() if s == "ok")
     print_plan(plan, status, todo, console)
@@ -226,6 +227,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from orchestrator import render as render_stage
+    from orchestrator.check import fold_render
     from orchestrator.tune import TrialEnvironment, run_trials
 
     paths = plan.paths
@@ -233,6 +235,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     todo, checked = _check_checkpoints(plan, checkpoints, ledger, console, opts or SubmitOptions(), report, todo)
     assets, video_assets = prepare_assets(plan, checkpoints, console)
     summary = render_stage.render(plan, assets, video_assets, actors=grid.runtime.render_actors, console=console)
+    fold_render(report.check, summary)   # the clean clips check rendered count as rendered by this submission
     report.render = summary
     console.print(summary.line())
     if plan.text_sets:
