@@ -172,7 +172,8 @@ def trial_environment(plan: Plan, checkpoints: dict[str, dict[str, Any]]):
 
     rt = plan.grid.runtime
     return TrialEnvironment(render_cache=str(plan.paths.render), gallery_cache=str(plan.paths.gallery),
-                            scores_dir=None, checkpoints=checkpoints,
+                            scores_dir=str(plan.paths.scores(plan.grid.name)) if rt.save_scores else None,
+                            checkpoints=checkpoints,
                             datasets={n: {"root": d.root, "options": d.options} for n, d in plan.datasets.items()},
                             use_gpu=rt.gpus_per_trial > 0, threads=max(1, int(rt.cpus_per_trial)))
 

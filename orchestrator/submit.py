@@ -227,8 +227,8 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from orchestrator import render as render_stage
-    from orchestrator.check import fold_render
-    from orchestrator.tune import TrialEnvironment, run_trials
+    from orchestrator.check import fold_render, trial_environment
+    from orchestrator.tune import run_trials
 
     paths = plan.paths
     checkpoints = prepare_models(plan, console)
@@ -260,11 +260,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     sync_store(tracker, plan, ledger, lambda: parent, console)
 
     rt = grid.runtime
-    env = TrialEnvironment(render_cache=str(paths.render), gallery_cache=str(paths.gallery),
-                           scores_dir=str(paths.scores(grid.name)) if rt.save_scores else None,
-                           checkpoints=checkpoints,
-                           datasets={n: {"root": d.root, "options": d.options} for n, d in plan.datasets.items()},
-                           use_gpu=rt.gpus_per_trial > 0, threads=max(1, int(rt.cpus_per_trial)))
+    env = trial_environment(plan, checkpoints)
     progress = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(), console=console)
     recorder = LiveRecorder(ledger, tracker, parent, grid.name, submission, progress,
