@@ -1,4 +1,4 @@
-"""Command line: `python -m orchestrator {submit,plan,status,resume,report,render,sync,convert-checkpoint} ...`
+"""Command line: `python -m orchestrator {submit,plan,check,status,resume,report,render,sync,convert-checkpoint} ...`
 (`--help` on each)."""
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ EXAMPLES = {
     "submit": """examples:
   python -m orchestrator submit grids/quickstart.yaml
   python -m orchestrator submit grids/full_mlvp.yaml --address ray://head:10001 --tracking-uri http://mlflow:5000
-  python -m orchestrator submit grids/quickstart.yaml --dry-run""",
+  python -m orchestrator submit grids/quickstart.yaml --dry-run
+  python -m orchestrator submit grids/full_mlvp.yaml --tolerance 3     # refuse if a checkpoint misses its paper R@1
+                                                                       # by more than 3 points (--force: go on)""",
+    "check": """the clean R@1/5/10 (v2t and t2v, source model) of every (backbone, checkpoint, dataset) the grid uses,
+beside the paper's clean rows (workloads/paper.py); exit status 1 when one misses by more than --tolerance.
+examples:
+  python -m orchestrator check grids/quickstart.yaml
+  python -m orchestrator check grids/qgs_cross.yaml --tolerance 3 --address auto""",
     "plan": "example:\n  python -m orchestrator plan grids/full_mlvp.yaml",
     "status": "example:\n  python -m orchestrator status grids/quickstart.yaml",
     "resume": """examples:
@@ -39,6 +46,13 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "default: RESULTS_DIR/cache. Put it on shared storage for a multi-node cluster")
 
 
+def _tolerance(p: argparse.ArgumentParser) -> None:
+    from orchestrator.check import DEFAULT_TOLERANCE
+
+    p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, metavar="POINTS",
+                   help=f"R@1 points a clean result may fall below the paper's (default {DEFAULT_TOLERANCE:g})")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m orchestrator",
@@ -62,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
                        "127.0.0.1)")
         p.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
         p.add_argument("--no-dashboard", action="store_true", help="start local Ray without its dashboard")
+        _tolerance(p)
+        p.add_argument("--force", action="store_true", help="run the grid even when a checkpoint's clean R@1 "
+                       "misses the paper's by more than --tolerance (see the check command)")
         if name == "submit":
             p.add_argument("--dry-run", action="store_true", help="print the plan (trials, render jobs) and exit "
                            "without starting Ray")
@@ -74,6 +91,14 @@ def _parser() -> argparse.ArgumentParser:
     p = add("plan", "print what a grid would run (trials, render jobs, checkpoints, ledger state)")
     p.add_argument("grid")
     _common(p)
+
+    p = add("check", "clean retrieval of every checkpoint the grid uses, beside the paper's clean numbers (fine-"
+            "tunes missing checkpoints and renders clean clips first; results go to the ledger and gallery cache)")
+    p.add_argument("grid", help="grid YAML file, e.g. grids/quickstart.yaml")
+    _common(p)
+    _tolerance(p)
+    p.add_argument("--address", default=None, help="join a running Ray cluster")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
 
     p = add("status", "ledger state of a grid: done / failed / missing, with each failure's error")
     p.add_argument("grid")

@@ -8,14 +8,14 @@ from rich.markup import escape
 
 from orchestrator.grid import load_grid
 from orchestrator.ledger import TrialLedger
-from orchestrator.plan import Paths, build_plan
+from orchestrator.plan import Paths, build_plan, missing_videos
 from orchestrator.submit import SubmitOptions, make_console, print_plan, select_trials, submit
 
 
 def dispatch(args: argparse.Namespace) -> int:
     return {"submit": cmd_submit, "resume": cmd_resume, "plan": cmd_plan, "status": cmd_status,
             "report": cmd_report, "render": cmd_render, "sync": cmd_sync,
-            "convert-checkpoint": cmd_convert_checkpoint}[args.command](args)
+            "convert-checkpoint": cmd_convert_checkpoint, "check": cmd_check}[args.command](args)
 
 
 def _options(args: argparse.Namespace, **kw) -> SubmitOptions:
@@ -26,7 +26,8 @@ def _options(args: argparse.Namespace, **kw) -> SubmitOptions:
 
 
 def cmd_submit(args) -> int:
-    report = submit(args.grid, _options(args, dry_run=args.dry_run, rerun=args.rerun))
+    report = submit(args.grid, _options(args, dry_run=args.dry_run, rerun=args.rerun, force=args.force,
+                                        tolerance=args.tolerance))
     if args.dry_run:
         print(f"dry run: {len(report.plan.trials)} trials ({report.to_run} to run), "
               f"{report.plan.render_count()} render jobs; nothing started")
@@ -43,13 +44,15 @@ def cmd_resume(args) -> int:
         c = Counter(status.values())
         print(f"nothing to resume: {c.get('ok', 0)}/{len(plan.trials)} cells done, {c.get('failed', 0)} failed")
         return 0
-    report = submit(args.grid, _options(args, only_failed=args.only_failed, incomplete=args.incomplete))
+    report = submit(args.grid, _options(args, only_failed=args.only_failed, incomplete=args.incomplete,
+                                        force=args.force, tolerance=args.tolerance))
     return 0 if report.failed == 0 else 1
 
 
 def cmd_plan(args) -> int:
     grid = load_grid(args.grid)
     plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
+    plan.notes.extend(missing_videos(plan))
     todo, status = select_trials(plan, TrialLedger(plan.paths.ledger), False, False)
     console = make_console()
     print_plan(plan, status, todo, console)
@@ -58,6 +61,29 @@ def cmd_plan(args) -> int:
     for (scenario, where, d, b), n in by.items():
         console.print(f"  {scenario:14s} {where:26s} {d} {b:10s} {n} trials")
     return 0
+
+
+def cmd_check(args) -> int:
+    """Checkpoints (fine-tuned when missing), clean clips, then the clean retrieval beside the paper."""
+    from orchestrator import ray_env
+    from orchestrator.check import run_check
+    from orchestrator.submit import check_writable, prepare_models
+
+    grid = load_grid(args.grid)
+    paths = Paths.make(args.results_dir, args.cache_dir)
+    check_writable(paths.results)
+    check_writable(paths.cache)
+    plan = build_plan(grid, paths)
+    console = make_console()
+    for note in missing_videos(plan):
+        console.print(f"[yellow]note[/]: {escape(note)}")
+    ray_env.start_ray(args.address, args.num_cpus, dashboard=False)
+    try:
+        report = run_check(plan, prepare_models(plan, console), TrialLedger(paths.ledger), console, args.tolerance)
+    finally:
+        if args.address is None:
+            ray_env.stop_ray()
+    return 1 if report.misses() or report.failures() else 0
 
 
 def cmd_status(args) -> int:

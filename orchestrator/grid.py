@@ -418,11 +418,9 @@ def validate(grid: GridSpec) -> GridSpec:
         check_names("models.checkpoints", [backbone], grid.backbones, "backbone of this grid")
         for ds, path in by_ds.items():
             check_names(f"models.checkpoints.{backbone}", [ds], list(grid.datasets), "dataset of this grid")
-            if not Path(path).expanduser().is_file():
-                raise GridError(f"models.checkpoints.{backbone}.{ds}: checkpoint file not found: {path}")
-    if grid.models.pretrained is not None and not Path(grid.models.pretrained).expanduser().is_file():
-        raise GridError(f"models.pretrained: weights file not found: {grid.models.pretrained} "
-                        "(weights are local files; nothing is downloaded)")
+            _check_weights(f"models.checkpoints.{backbone}.{ds}", path, "checkpoint")
+    if grid.models.pretrained is not None:
+        _check_weights("models.pretrained", grid.models.pretrained, "weights")
     from workloads.datasets import DATASETS
     from workloads.datasets.base import DatasetError
 
@@ -538,6 +536,22 @@ class _GridLoader(yaml.SafeLoader):
                                 f"duplicate key {key!r} (first at line {seen[key] + 1})")
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
+
+
+def _check_weights(key: str, path: str, what: str) -> None:
+    """A weights file, or a Hugging Face CLIP folder (config.json + model.safetensors / pytorch_model.bin) or an
+    open_clip hub folder (workloads/backbones/convert.py reads them)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        from workloads.backbones.convert import WeightsError, _folder_weights
+
+        try:
+            _folder_weights(p)
+        except WeightsError as err:
+            raise GridError(f"{key}: {err}") from None
+    elif not p.is_file():
+        raise GridError(f"{key}: {what} file not found: {path} (a file, or a Hugging Face CLIP folder; weights are "
+                        "local files, nothing is downloaded)")
 
 
 def load_grid(path: str | Path) -> GridSpec:

@@ -164,9 +164,16 @@ def _image_size(clip_model: str) -> int:
 
 
 def _file_version(path: str) -> str:
-    from workloads.seeding import file_digest
+    """Content key of a weights file, or of a Hugging Face / open_clip folder (its weights file and config)."""
+    from workloads.seeding import digest, file_digest
 
-    return "file:" + file_digest(path)
+    p = Path(path).expanduser()
+    if p.is_dir():
+        from workloads.backbones.convert import _folder_weights
+
+        _, weights, config = _folder_weights(p)
+        return "file:" + digest([file_digest(weights), file_digest(config) if config else None])
+    return "file:" + file_digest(p)
 
 
 def _method_entry(grid: GridSpec, entry: str) -> tuple[str, dict, bool, str]:
@@ -309,6 +316,35 @@ def build_plan(grid: GridSpec, paths: Paths) -> Plan:
     notes = [line for scenario in grid.scenarios.values() for line in scenario.notes(grid)]
     return Plan(grid, paths, datasets, models, trials, renders, resolution, render_assets, embedders,
                 list(text_sets.values()), notes)
+
+
+def missing_videos(plan: Plan) -> list[str]:
+    """Video files the plan will read that do not exist, all at once, per dataset and split (count + the first ten):
+    test videos of every target, train videos of every dataset fine-tuned here. Returns one note per split with
+    missing videos (each fails only its own renders later); raises PlanError (one line) when a split has none of its
+    videos, since nothing of that dataset could run. Generated datasets (made on first use) are skipped."""
+    from workloads.datasets import missing_video_report
+
+    wanted: dict[str, list[str]] = {name: ["test"] for name in plan.renders}
+    for m in plan.models.values():
+        if not m.given_path and m.train_dataset and "train" not in wanted.setdefault(m.train_dataset, []):
+            wanted[m.train_dataset].append("train")
+    notes = []
+    for name, splits in wanted.items():
+        ds = plan.datasets[name].dataset
+        if hasattr(ds, "version"):   # generated under the cache on first use (workloads/datasets/synthetic.py)
+            continue
+        for split_name in splits:
+            split = ds.split(split_name)
+            missing = len(ds.missing_videos(split))
+            if not missing:
+                continue
+            report = missing_video_report(ds, split_name)
+            if missing == len(set(split.video_ids)):
+                raise PlanError(f"{report}: none of its {split_name} videos exist; put them there or set "
+                                f"datasets.{name}.options.videos_dir (or root)")
+            notes.append(f"{report} (these fail their own renders; the rest run)")
+    return notes
 
 
 def _text_set(grid: GridSpec, dataset: str, perturbation: str, severity: int, model_key: tuple[str, str],

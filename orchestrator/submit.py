@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from orchestrator.grid import GridSpec, load_grid
 from orchestrator.ledger import TrialLedger
-from orchestrator.plan import Paths, Plan, build_plan
+from orchestrator.plan import Paths, Plan, build_plan, missing_videos
 from orchestrator.results import write_tables
 from orchestrator.tracking import Tracker, check_store, default_tracking_uri, store_key
 from workloads.spec import CLEAN, TrialSpec
@@ -37,6 +37,8 @@ class SubmitOptions:
     incomplete: bool = False                  # resume: also rerun cells done with dropped (undecodable) queries
     rerun: bool = False                       # run every cell again, even successful ones
     dashboard: bool = True
+    force: bool = False                       # run even when a checkpoint misses its paper number (orchestrator/check)
+    tolerance: float = 5.0                    # R@1 points a clean result may fall below the paper's
 
 
 @dataclass
@@ -50,6 +52,7 @@ class SubmitReport:
     parent_run_id: str | None = None
     tracking_uri: str | None = None
     render: Any = None
+    check: Any = None                         # orchestrator.check.CheckReport
     seconds: float = 0.0
 
 
@@ -176,6 +179,7 @@ def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
         check_writable(paths.cache)
     ledger = TrialLedger(paths.ledger)
     plan = build_plan(grid, paths)
+    plan.notes.extend(missing_videos(plan))   # all at once, before anything starts; none of a split's: PlanError
     todo, status = select_trials(plan, ledger, opts.only_failed, opts.rerun, opts.incomplete)
     done_before = sum(1 for s in status.values() if s == "ok")
     print_plan(plan, status, todo, console)
@@ -196,7 +200,7 @@ def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
         console.print(f"Ray dashboard: {info['dashboard_url']}  ({ray_env.auth_token_hint()})")
     try:
         ray_env.check_resources(grid.runtime.gpus_per_trial, grid.runtime.cpus_per_trial)
-        return _run(plan, grid, todo, ledger, report, console, t_start)
+        return _run(plan, grid, todo, ledger, report, console, t_start, opts)
     finally:
         if opts.address is None:
             ray_env.stop_ray()
@@ -219,16 +223,19 @@ def _submission_id() -> str:
 
 
 def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: SubmitReport, console: Console,
-         t_start: float) -> SubmitReport:
+         t_start: float, opts: SubmitOptions | None = None) -> SubmitReport:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from orchestrator import render as render_stage
-    from orchestrator.tune import TrialEnvironment, run_trials
+    from orchestrator.check import fold_render, trial_environment
+    from orchestrator.tune import run_trials
 
     paths = plan.paths
     checkpoints = prepare_models(plan, console)
+    todo, checked = _check_checkpoints(plan, checkpoints, ledger, console, opts or SubmitOptions(), report, todo)
     assets, video_assets = prepare_assets(plan, checkpoints, console)
     summary = render_stage.render(plan, assets, video_assets, actors=grid.runtime.render_actors, console=console)
+    fold_render(report.check, summary)   # the clean clips check rendered count as rendered by this submission
     report.render = summary
     console.print(summary.line())
     if plan.text_sets:
@@ -253,15 +260,12 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     sync_store(tracker, plan, ledger, lambda: parent, console)
 
     rt = grid.runtime
-    env = TrialEnvironment(render_cache=str(paths.render), gallery_cache=str(paths.gallery),
-                           scores_dir=str(paths.scores(grid.name)) if rt.save_scores else None,
-                           checkpoints=checkpoints,
-                           datasets={n: {"root": d.root, "options": d.options} for n, d in plan.datasets.items()},
-                           use_gpu=rt.gpus_per_trial > 0, threads=max(1, int(rt.cpus_per_trial)))
+    env = trial_environment(plan, checkpoints)
     progress = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(), console=console)
     recorder = LiveRecorder(ledger, tracker, parent, grid.name, submission, progress,
                             progress.add_task("trials", total=len(todo), failed=0))
+    recorder.counts["ok"] += checked   # the clean source cells `check` ran (logged to MLflow by sync_store above)
     status = "FINISHED"
     try:
         with progress:
@@ -279,6 +283,21 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     if status == "KILLED":
         raise KeyboardInterrupt
     return report
+
+
+def _check_checkpoints(plan: Plan, checkpoints, ledger: TrialLedger, console: Console, opts: SubmitOptions,
+                       report: SubmitReport, todo: list) -> tuple[list, int]:
+    """`check` before anything else is rendered or run: refuse (unless --force) a checkpoint whose clean R@1 misses
+    the paper's. The clean source cells it ran are in the ledger now: they leave the list to run and count as run
+    now (returns the rest and their number)."""
+    from orchestrator.check import gate, run_check
+
+    report.check = run_check(plan, checkpoints, ledger, console, opts.tolerance)
+    gate(report.check, opts.force, console)
+    fresh = {c.case.specs[c.direction].key for c in report.check.comparisons
+             if c.metrics is not None and not c.case.reused.get(c.direction)}
+    remaining = [t for t in todo if t.key not in fresh]
+    return (remaining, len(todo) - len(remaining)) if remaining else (todo, 0)
 
 
 def start_parent(tracker, plan: Plan, report: SubmitReport, submission: str) -> str:

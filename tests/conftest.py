@@ -51,7 +51,7 @@ def shared_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("mlvp-cache")
 
 
-# -- the five real datasets' annotation layouts, tiny stand-ins (no videos): enough to load and plan a grid -------
+# -- the five real datasets' annotation layouts, tiny stand-ins (a stand-in video file each): enough to plan a grid
 N_TEST = {"msrvtt": 4, "activitynet": 3, "lsmdc": 2, "msvd": 2, "didemo": 3}
 
 
@@ -83,9 +83,33 @@ def stand_in_data(root: Path) -> None:
     _write(root / "DiDeMo/train_anno.jsonl", json.dumps({"clip_id": "t@N00", "text": "train."}) + "\n")
 
 
+FOLDERS = {"msrvtt": "MSRVTT", "activitynet": "ActivityNet", "lsmdc": "LSMDC", "msvd": "MSVD", "didemo": "DiDeMo"}
+
+
+def stand_in_videos(root: Path) -> None:
+    """A video file at every path the stand-in splits name (hard links to one tiny H.264 clip): planning checks that
+    the videos exist (orchestrator/plan.py missing_videos)."""
+    import numpy as np
+
+    from workloads.datasets import create_dataset
+    from workloads.video_io import write_mp4
+
+    source = root / "stand_in.mp4"
+    write_mp4(source, np.full((4, 16, 16, 3), 128, np.uint8))
+    for name, folder in FOLDERS.items():
+        ds = create_dataset(name, root=root / folder)
+        for split in (ds.test_split(), ds.train_split()):
+            for pair in split.pairs:
+                path = Path(pair.video_path)
+                if not path.exists():
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.hardlink_to(source)
+
+
 @pytest.fixture
 def mlvp_env(tmp_path, monkeypatch):
     stand_in_data(tmp_path / "data")
+    stand_in_videos(tmp_path / "data")
     weights = tmp_path / "clip_vit_b32.bin"
     weights.write_bytes(b"stand-in: planning digests the file, it never loads it")
     monkeypatch.setenv("MLVP_DATA", str(tmp_path / "data"))

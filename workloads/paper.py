@@ -20,6 +20,8 @@ from dataclasses import dataclass
 PAPER = "HAT-VTR (Zhang et al., ICLR 2026), arXiv version of the MLVP / HAT-VTR paper"
 # test queries of each target split in the authors' protocol (see the module docstring)
 N_QUERIES = {"msrvtt": 1000, "activitynet": 4917, "lsmdc": 999, "msvd": 670}
+# X-Pool's own MSVD protocol scores every test caption (MSVD `captions: all`): the README's MSVD row uses it
+XPOOL_MSVD_ALL_CAPTIONS = 27763
 
 
 @dataclass(frozen=True)

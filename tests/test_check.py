@@ -1,0 +1,183 @@
+"""`check`: the clean retrieval of every checkpoint a grid uses, beside the paper's clean rows, and the submit gate.
+
+- the embedded default (micro grid): no paper number, printed, results in the ledger, galleries in the cache the
+  trials read (a submission after it encodes no other gallery and does not rerun the clean source cells);
+- real layouts: the authors' MSRVTT 1k-A annotations (1,000 queries, the paper's protocol) and conftest's MSVD
+  stand-in layout, with stand-in videos and a random (never trained) X-Pool checkpoint that cannot reach X-Pool's
+  published MSRVTT t2v R@1: `check` exits 1 with the miss, `submit` refuses, `submit --force` runs the grid.
+"""
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import write_micro_grid
+from orchestrator.__main__ import main
+from orchestrator.check import CheckCase, CheckFailed, compare, paper_rows
+from orchestrator.grid import load_grid
+from orchestrator.ledger import TrialLedger
+from orchestrator.plan import Paths, build_plan
+from orchestrator.scenarios.base import PRETRAINED
+from orchestrator.submit import SubmitOptions, submit
+from workloads.spec import CLEAN, TrialSpec
+
+ANNOTATIONS = Path(__file__).parent / "data" / "annotations"
+
+
+def _case(backbone, source, dataset, r1, n):
+    spec = TrialSpec(dataset, "t2v", "query_shift", CLEAN, 0, "source", backbone)
+    case = CheckCase(backbone, source, dataset, {"t2v": spec})
+    case.results["t2v"] = {"status": "ok", "n_queries": n, "metrics": {"R1": r1, "R5": 50.0, "R10": 60.0}}
+    return case
+
+
+def test_paper_rows_and_comparison_rules():
+    # in-domain X-Pool on MSRVTT t2v: X-Pool's README, two checkpoints (9k: 46.9, 7k: 43.9), the nearest compared
+    c = compare(_case("xpool", "msrvtt", "msrvtt", 44.5, 1000), "t2v")
+    assert sorted(r.r1 for r in c.compared) == [43.9, 46.9] and c.gap == pytest.approx(0.6) and not c.missed(5)
+    c = compare(_case("xpool", "msrvtt", "msrvtt", 30.0, 1000), "t2v")
+    assert c.gap == pytest.approx(30.0 - 43.9) and c.missed(5) and not c.missed(20)
+    # another query count than the paper's protocol: shown, never compared
+    c = compare(_case("xpool", "msrvtt", "msrvtt", 1.0, 4), "t2v")
+    assert len(c.rows) == 2 and c.compared == [] and c.gap is None and not c.missed(5)
+    # cross-dataset Source rows (Table 27, MSRVTT -> MSVD, 670 queries)
+    c = compare(_case("clip4clip", "msrvtt", "msvd", 50.0, 670), "t2v")
+    assert [r.r1 for r in c.compared] == [54.63] and c.gap == pytest.approx(50.0 - 54.63)
+    # zero-shot CLIP rows are mean-pooled CLIP: clip4clip only
+    assert [r.r1 for r in paper_rows(_case("clip4clip", PRETRAINED, "msrvtt", 0, 0), "t2v")] == [30.10]
+    assert paper_rows(_case("xpool", PRETRAINED, "msrvtt", 0, 0), "t2v") == []
+    # in-domain v2t: only the upper bound the text implies, never gated
+    v2t = _case("xpool", "msrvtt", "msrvtt", 1.0, 1000)
+    v2t.results["v2t"] = v2t.results.pop("t2v")
+    c = compare(v2t, "v2t")
+    assert [(r.r1, r.bound) for r in c.rows] == [(44.9, True)] and c.gap is None
+    # a synthetic dataset has no paper number
+    assert paper_rows(_case("xpool", "synthetic", "synthetic", 0, 0), "t2v") == []
+    # a failed clean trial is reported, not compared
+    bad = _case("xpool", "msrvtt", "msrvtt", 0, 0)
+    bad.results["t2v"] = {"status": "failed", "error": "RuntimeError: no usable queries\ntraceback"}
+    c = compare(bad, "t2v")
+    assert c.metrics is None and c.error == "RuntimeError: no usable queries" and not c.missed(5)
+
+
+@pytest.mark.slow
+def test_check_on_the_embedded_default_feeds_the_ledger_and_the_trials_gallery_cache(tmp_path, shared_cache, capsys):
+    # ~60 s here: Ray twice (check, submit), micro checkpoints and clips from the session cache when built already
+    grid_file = write_micro_grid(tmp_path / "chk.yaml", name="chk", perturbations="[gaussian_noise]",
+                                 severities="[1]")
+    results = tmp_path / "results"
+    common = ["--results-dir", str(results), "--cache-dir", str(shared_cache)]
+    assert main(["check", str(grid_file), *common, "--num-cpus", "2"]) == 0
+    out = capsys.readouterr().out
+    plan = build_plan(load_grid(grid_file), Paths.make(results, shared_cache))
+    ledger = TrialLedger(results / "ledger")
+    for backbone in ("clip4clip", "xpool"):
+        block = out[out.index(f"{backbone} fine-tuned on synthetic"):]
+        for d in ("v2t", "t2v"):
+            line = re.search(rf"{d}  R@1 +([\d.]+)  R@5 +([\d.]+)  R@10 +([\d.]+)  40 queries  paper: no clean "
+                             r"number for this setting", block)
+            assert line, block
+            spec = next(t for t in plan.trials if t.backbone == backbone and t.perturbation == CLEAN
+                        and t.method == "source")
+            entry = ledger.get(replace(spec, direction=d).key)
+            assert entry["status"] == "ok" and entry["n_queries"] == 40
+            assert [float(x) for x in line.groups()] == [round(entry["metrics"][k], 1) for k in ("R1", "R5", "R10")]
+    galleries = {p.name for p in (shared_cache / "gallery").glob("synthetic-*.pt")}
+    assert {tuple(n.split("-")[1:3]) for n in galleries} >= {(b, d) for b in ("clip4clip", "xpool")
+                                                             for d in ("v2t", "t2v")}
+    # a second check reads the ledger: nothing is encoded
+    assert main(["check", str(grid_file), *common, "--num-cpus", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("queries (ledger)") == 4
+    # the grid's trials: the clean source cells are done (by check), the rest read the same cached galleries
+    clean_source = {t.key for t in plan.trials if t.perturbation == CLEAN and t.method == "source"}
+    assert len(clean_source) == 2 and all(ledger.status(k) == "ok" for k in clean_source)
+    report = submit(str(grid_file), SubmitOptions(results_dir=str(results), cache_dir=str(shared_cache),
+                                                  num_cpus=2, dashboard=False))
+    assert report.to_run == 6 and report.ok == 6 and report.failed == 0   # 8 cells, 2 done by check
+    assert {p.name for p in (shared_cache / "gallery").glob("synthetic-*.pt")} == galleries
+    assert all(r.case.reused[r.direction] for r in report.check.comparisons)
+
+
+def _stand_in_videos(tmp_path: Path, video_paths) -> None:
+    from workloads.video_io import write_mp4
+
+    rng = np.random.default_rng(0)
+    source = tmp_path / "stand_in.mp4"
+    write_mp4(source, rng.integers(0, 255, (6, 32, 32, 3), dtype=np.uint8))
+    for p in video_paths:
+        Path(p).parent.mkdir(parents=True, exist_ok=True)
+        if not Path(p).exists():
+            Path(p).hardlink_to(source)
+
+
+REAL_GRID = """
+name: real
+datasets:
+  msrvtt: {{root: {msrvtt}, options: {{videos_dir: {videos}/msrvtt}}}}
+  msvd: {{root: "${{MLVP_DATA}}/MSVD", options: {{videos_dir: {videos}/msvd}}}}
+models:
+  clip_model: mlvp-micro
+  checkpoints:
+    xpool: {{msrvtt: {ckpt}, msvd: {ckpt}}}
+backbones: [xpool]
+methods: [source, tent]
+query_shift:
+  datasets: [msrvtt, msvd]
+  directions: [t2v]
+  perturbations: []
+  clean: true
+runtime: {{cpus_per_trial: 1, batch_size: 64, hub_k: 1}}   # hub_k <= the 2-video MSVD gallery
+"""
+
+
+@pytest.mark.slow
+def test_check_and_the_submit_gate_on_real_layouts(mlvp_env, capsys):
+    # ~90 s here: 1,000 + 2 stand-in clips rendered once, Ray five times (check twice, refused submit twice, forced
+    # submit: the clean source cells come from the check's ledger entries, Tent's run)
+    from workloads.backbones import create_backbone, save_backbone
+    from workloads.datasets import create_dataset
+
+    ckpt = mlvp_env / "xpool-random.pt"
+    save_backbone(create_backbone("xpool", "mlvp-micro"), ckpt)   # never trained: R@1 ~ chance (0.1%)
+    videos = mlvp_env / "videos"
+    grid_file = mlvp_env / "real.yaml"
+    grid_file.write_text(REAL_GRID.format(msrvtt=ANNOTATIONS / "MSRVTT", videos=videos, ckpt=ckpt))
+    msrvtt = create_dataset("msrvtt", root=ANNOTATIONS / "MSRVTT", videos_dir=str(videos / "msrvtt")).test_split()
+    msvd = create_dataset("msvd", root=mlvp_env / "data" / "MSVD", videos_dir=str(videos / "msvd")).test_split()
+    _stand_in_videos(mlvp_env, [p.video_path for p in msrvtt.pairs + msvd.pairs])
+    results = mlvp_env / "results"
+    common = ["--results-dir", str(results), "--num-cpus", "2"]
+
+    assert main(["check", str(grid_file), *common]) == 1
+    out = capsys.readouterr().out
+    block = out[out.index("xpool fine-tuned on msrvtt"):out.index("xpool fine-tuned on msvd")]
+    r1 = float(re.search(r"t2v  R@1 +([\d.]+) .* 1000 queries", block).group(1))
+    assert r1 < 5
+    assert "(X-Pool README (checkpoint trained on MSRVTT-9k))" in block and "MISS" in block
+    assert re.search(rf"warning: xpool fine-tuned on msrvtt t2v: clean R@1 {r1:.1f} is [\d.]+ points below the "
+                     r"paper's 43.9 \(X-Pool README", out)
+    # the stand-in MSVD layout (2 queries): X-Pool's MSVD number is shown, not compared (27,763-caption protocol)
+    msvd_block = out[out.index("xpool fine-tuned on msvd"):]
+    assert "2 queries" in msvd_block and "not compared: 27763 queries in that protocol, 2 here" in msvd_block
+    # a wide enough tolerance passes
+    assert main(["check", str(grid_file), *common, "--tolerance", "50"]) == 0
+    capsys.readouterr()
+
+    opts = dict(results_dir=str(results), num_cpus=2, dashboard=False)
+    with pytest.raises(CheckFailed, match=r"xpool fine-tuned on msrvtt t2v: clean R@1 .* pass --force"):
+        submit(str(grid_file), SubmitOptions(**opts))
+    assert not (results / "real" / "trials.parquet").exists()      # refused before any table or trial
+    # the CLI: one line, exit status 2
+    capsys.readouterr()
+    assert main(["submit", str(grid_file), *common, "--no-dashboard"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: xpool fine-tuned on msrvtt t2v: clean R@1")
+
+    report = submit(str(grid_file), SubmitOptions(**opts, force=True))
+    assert report.check.misses() and report.failed == 0
+    plan = build_plan(load_grid(grid_file), Paths.make(results))
+    assert len(plan.trials) == 4 and all(TrialLedger(results / "ledger").status(t.key) == "ok" for t in plan.trials)
+    assert (results / "real" / "trials.parquet").is_file()
