@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from workloads.metrics import hubness, k_occurrence, ranks, retrieval_metrics, summarise
+from workloads.metrics import hubness, k_occurrence, ranks, recall_hits, retrieval_metrics, summarise
 
 
 def test_ranks_by_hand():
@@ -55,6 +55,9 @@ def test_tie_rules_by_hand():
     # P(rank 1) = 1/2, 1/4, 0 (one item strictly above), 1/2 -> R@1 = 1.25 / 4 = 31.25 %
     # sorted expected ranks 1.5, 1.5, 2.5, 3 -> MdR 1.5; MnR = 8.5 / 4 = 2.125
     assert m == {"R1": 31.25, "R5": 100.0, "R10": 100.0, "MdR": 1.5, "MnR": 2.125}
+    # per query shares of R@1 (what a per-batch R@1 averages): 0/1 by argsort, probabilities by expectation
+    assert recall_hits(s, gt, 1, ties="argsort").tolist() == [0, 0, 0, 1]
+    assert recall_hits(s, gt, 1, ties="expected").tolist() == [0.5, 0.25, 0.0, 0.5]
 
 
 def test_expected_rule_partial_recall_at_5_and_10():

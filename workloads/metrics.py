@@ -123,6 +123,18 @@ def ranks(scores, gt_index, ties: str = "expected", gallery_groups=None) -> np.n
     return g + 1 + t / (p + 1)
 
 
+def recall_hits(scores, gt_index, k: int = 1, ties: str = "expected", gallery_groups=None) -> np.ndarray:
+    """Per query, its share of R@k: 0 or 1 under "argsort", P(rank <= k) under "expected". The mean of any run of
+    rows (a stream batch) is that run's R@k on the same rule as `retrieval_metrics`."""
+    if ties not in TIE_RULES:
+        raise ValueError(f"ties must be one of {', '.join(TIE_RULES)}, got {ties!r}")
+    s = _as_numpy(scores)
+    gt, groups = _positives(s, gt_index, gallery_groups)
+    if ties == "argsort":
+        return (_argsort_ranks(s, gt, groups) <= k).astype(np.float64)
+    return _recall_probability(*_tie_counts(s, gt, groups), k)
+
+
 def retrieval_metrics(scores, gt_index, ties: str = "expected", gallery_groups=None) -> dict[str, float]:
     """R@1/5/10 in percent, median rank (lower middle for even N, as torch.median), mean rank, under the tie rule
     `ties` (module docstring)."""
@@ -216,5 +228,5 @@ def is_finite_matrix(x) -> bool:
     return bool(np.isfinite(np.asarray(x)).all())
 
 
-__all__ = ["TIE_RULES", "tie_rule", "retrieval_metrics", "ranks", "hubness", "k_occurrence", "summarise",
-           "is_finite_matrix"]
+__all__ = ["TIE_RULES", "tie_rule", "recall_hits", "retrieval_metrics", "ranks", "hubness", "k_occurrence",
+           "summarise", "is_finite_matrix"]
