@@ -28,7 +28,7 @@ import numpy as np
 
 from workloads.atomic import atomic_path
 
-# CLIP's normalisation constants (vtr_tta_study s2.0 / s4.1)
+# CLIP's normalisation constants (OpenAI CLIP's preprocessing; docs/faithfulness.md: Common pipeline)
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
@@ -46,9 +46,9 @@ class VideoDecodeError(RuntimeError):
 
 
 def uniform_indices(n_frames: int, num_frames: int = 12) -> np.ndarray:
-    """The reference's "uniform" rule (s2.0): split [0, n) into `num_frames` equal integer intervals
-    (np.linspace(0, n, num_frames + 1).astype(int)) and take each interval's midpoint (a + b - 1) // 2.
-    Videos shorter than `num_frames` repeat their last frame."""
+    """The authors' "uniform" rule (docs/faithfulness.md: Common pipeline): split [0, n) into `num_frames` equal
+    integer intervals (np.linspace(0, n, num_frames + 1).astype(int)) and take each interval's midpoint
+    (a + b - 1) // 2. Videos shorter than `num_frames` repeat their last frame."""
     if n_frames <= 0:
         raise ValueError(f"a video needs at least one frame, got n_frames={n_frames}")
     if num_frames <= 0:

@@ -1,5 +1,5 @@
-"""H.264 compression (s2.6): a real libx264 encode AND decode of the FULL frame sequence at the source fps, encoded
-as the reference's ffmpeg CLI call encodes it.
+"""H.264 compression (docs/faithfulness.md: H.264 compression): a real libx264 encode AND decode of the FULL frame
+sequence at the source fps, encoded as the reference's ffmpeg CLI call encodes it.
 
 The reference pipes raw bgr24 frames into `ffmpeg -f rawvideo -pix_fmt bgr24 -r <fps> -i - -an -vcodec libx264
 -b:v <rate> -preset fast out.mp4` (rate 500k, 250k, 100k, 50k, 25k bit/s) and reads the result back with
@@ -131,7 +131,8 @@ def decode(packets: list[bytes], extradata: bytes, wanted: set[int] | None
 
 @register("h264_compression", order=5, level="low", full_video=True)
 def h264_compression(ctx: ClipContext, severity: int, rng: np.random.Generator):
-    """Real libx264 encode + decode of the full clip at the severity's bitrate, then 12 uniform frames (s2.6)."""
+    """Real libx264 encode + decode of the full clip at the severity's bitrate, then 12 uniform frames
+    (docs/faithfulness.md: H.264 compression)."""
     bitrate = BITRATES[severity - 1]
     fps = _fps(ctx)
     n, h, w = ctx.video.shape[:3]

@@ -1,4 +1,4 @@
-"""Video defocus, motion-adaptive (s2.8).
+"""Video defocus, motion-adaptive (docs/faithfulness.md: Motion blur and video defocus).
 
 Same flow machinery as motion_blur (shared per clip): a disk kernel of radius r = [3,4,6,8,10] (normalised, then
 Gaussian-smoothed with sigma 0.1) blurs the frame, and a disk of radius 2r replaces it where the flow magnitude is
@@ -17,7 +17,8 @@ RADII = (3, 4, 6, 8, 10)
 
 @register("video_defocus", order=7, level="mid", full_video=True)
 def video_defocus(ctx: ClipContext, severity: int, rng: np.random.Generator):
-    """Motion-adaptive disk defocus (radius r, 2r in high-motion pixels) from Farneback flow (s2.8)."""
+    """Motion-adaptive disk defocus (radius r, 2r in high-motion pixels) from Farneback flow
+    (docs/faithfulness.md: Motion blur and video defocus)."""
     radius = RADII[severity - 1]
     masks, _ = motion_stats(ctx)
     filt = frame_filter(ctx)
