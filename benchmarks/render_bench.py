@@ -1,12 +1,20 @@
 """Render speed of the MLVP video perturbations on ONE core.
 
     python benchmarks/render_bench.py [--frames 64] [--size 224] [--repeats 5] [--out benchmarks/render_results.md]
+    python benchmarks/render_bench.py --repeats 3 --authors-repeats 2      # what benchmarks/RESULTS.md records
+    python benchmarks/render_bench.py --frames 16 --size 64 --long 40x48x64 --repeats 1 --authors-repeats 1 --no-save
 
 (a) seconds per 12-frame clip for the five frame-level types (gaussian, impulse, fog, snow, elastic), each severity,
     next to an ImageNet-C-style per-frame reference written below (independent noise/fields per frame, per-frame
     float64 computation, as ImageNet-C does). Goal: >= 3x the reference.
 (b) all (type, severity) renderings of one source clip from a single decode (render_many: decode, flow and
     per-clip work shared through ClipContext.memo). Goal: <= 1 s for the 60 renderings.
+(c) every type except style transfer, each (type, severity) called alone from the video file, against a
+    re-implementation in this script of the authors' per-call path with their decode (cv2.VideoCapture, the ffmpeg
+    CLI for H.264: see "The authors' per-call path" below), on the `--frames` clip and on a real-length clip
+    (`--long`, default 300 frames 240x320 = 10 s at 30 fps), plus all 55 renderings from one decode against the
+    sum of the authors' 55 calls. Goals: >= 2x for frame-level types, >= 1x for the others, >= 6x for all 55 of the
+    10 s clip. The process is pinned to one core (its children too).
 The source clip is generated here (textured panning background + moving objects, `--frames` x size x size),
 written to an H.264 mp4 with workloads.video_io.write_mp4 and decoded back with read_video, like a dataset video.
 Every (type, severity) registered is measured; types missing from the registry are listed.
@@ -547,9 +555,12 @@ def bench_all(path: Path, repeats: int, names: list[str] | None = None):
 
 
 def _cpu() -> float:
-    """CPU seconds of this process and its waited-for children (the authors' ffmpeg CLI)."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    """CPU seconds of this process and its waited-for children (the authors' ffmpeg CLI), in microseconds'
+    resolution (os.times() counts 10 ms ticks)."""
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def ours_alone(path: Path, name: str, sev: int, seed: int = 1):
@@ -568,9 +579,9 @@ def bench_against_authors(path: Path, repeats: int) -> dict[str, tuple[list[floa
     out = {}
     for name in AUTHORS_TYPES:
         ours, theirs = [], []
+        ours_alone(path, name, 1)  # warm-up (lazy imports, per-process kernel caches)
+        authors_render(path, name, 1)
         for sev in range(1, 6):
-            ours_alone(path, name, sev)  # warm-up (lazy imports, per-process kernel caches)
-            authors_render(path, name, sev)
             o, t = [], []
             for _ in range(repeats):
                 c0 = _cpu()
@@ -583,6 +594,8 @@ def bench_against_authors(path: Path, repeats: int) -> dict[str, tuple[list[floa
             ours.append(statistics.median(o))
             theirs.append(statistics.median(t))
         out[name] = (ours, theirs)
+        print(f"  {path.name} {name}: ours {sum(ours):.3f} s, authors {sum(theirs):.3f} s (5 severities)",
+              file=sys.stderr, flush=True)
     return out
 
 
