@@ -12,13 +12,13 @@ import numpy as np
 
 from workloads.perturbations.video._blur import line_kernel
 from workloads.perturbations.video._flow import frame_filter, motion_stats
-from workloads.perturbations.video._registry import ClipContext, register
+from workloads.perturbations.video._registry import ClipContext, flow_frames, register
 
 SHORT = (5, 7, 9, 11, 13)
 LONG = (9, 13, 17, 21, 25)
 
 
-@register("motion_blur", order=6, level="mid", full_video=True)
+@register("motion_blur", order=6, level="mid", full_video=True, frames=flow_frames)
 def motion_blur(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """Motion-adaptive linear motion blur from Farneback flow between original frames k-1 and k
     (docs/faithfulness.md: Motion blur and video defocus)."""

@@ -10,12 +10,12 @@ import numpy as np
 
 from workloads.perturbations.video._blur import disk_kernel
 from workloads.perturbations.video._flow import frame_filter, motion_stats
-from workloads.perturbations.video._registry import ClipContext, register
+from workloads.perturbations.video._registry import ClipContext, flow_frames, register
 
 RADII = (3, 4, 6, 8, 10)
 
 
-@register("video_defocus", order=7, level="mid", full_video=True)
+@register("video_defocus", order=7, level="mid", full_video=True, frames=flow_frames)
 def video_defocus(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """Motion-adaptive disk defocus (radius r, 2r in high-motion pixels) from Farneback flow
     (docs/faithfulness.md: Motion blur and video defocus)."""
