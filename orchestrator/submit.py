@@ -333,6 +333,8 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
     """Tables from the ledger, and the MLflow parent closed with them. Without a run (nothing to do) a parent run is
     made only when the store lacks some of the grid's trials."""
     paths = plan.paths
+    if tracker is not None:
+        tracker.flush()   # trial runs still queued on its thread (LiveRecorder): their run ids reach the ledger first
     entries = ledger.entries(t.key for t in plan.trials)
     report.tables = write_tables(entries, paths.grid_dir(grid.name), grid)
     n_ok = sum(e["status"] == "ok" for e in entries)
@@ -387,15 +389,10 @@ class LiveRecorder:
             self.progress.console.print(f"[red]ledger write failed for {result['key']} ({err.strerror or err}): "
                                         f"free space under {self.ledger.root} and resume[/]")
             entry = None
-        if entry is not None and self.tracking:
-            try:
-                self.ledger.record_run(result["key"], self.store,
-                                       self.tracker.log_trial(self.parent, self.grid_name, entry))
-            except Exception as err:  # tracking trouble must not lose the result: the ledger has it
-                self.tracking = False
-                self.progress.console.print(
-                    f"[yellow]MLflow store {self.tracker.uri} stopped answering ({type(err).__name__}); results "
-                    f"stay in the ledger and the next submit (or `python -m orchestrator sync`) logs them[/]")
+        if entry is not None and self.tracking:   # on the tracker's thread: this callback returns now
+            key = result["key"]
+            self.tracker.log_trial_later(self.parent, self.grid_name, entry,
+                                         lambda rid: self.ledger.record_run(key, self.store, rid), self._untracked)
         ok = result["status"] == "ok"
         self.counts["ok" if ok else "failed"] += 1
         spec = TrialSpec.from_dict(result["spec"])
@@ -408,6 +405,13 @@ class LiveRecorder:
         self.progress.console.print(f"  {where:12s} {spec.backbone:9s} {spec.method_label:12s} {spec.direction} "
                                     f"{spec.cell:22s} {line}")
         self.progress.update(self.task, advance=1, failed=self.counts["failed"])
+
+    def _untracked(self, err: Exception) -> None:
+        """Tracking trouble must not lose the result: the ledger has it."""
+        self.tracking = False
+        self.progress.console.print(
+            f"[yellow]MLflow store {self.tracker.uri} stopped answering ({type(err).__name__}); results "
+            f"stay in the ledger and the next submit (or `python -m orchestrator sync`) logs them[/]")
 
     def crash(self, spec: dict[str, Any], message: str) -> None:
         """A trial whose worker died (after Tune's retries): recorded as failed, like any other failure."""

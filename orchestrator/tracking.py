@@ -13,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import queue
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -80,10 +82,33 @@ class Tracker:
 
         self.uri = tracking_uri
         self.results_dir = Path(results_dir).resolve()
+        if tracking_uri.startswith("sqlite:///"):
+            _fast_sqlite(Path(tracking_uri[len("sqlite:///"):]))
         mlflow.set_tracking_uri(tracking_uri)
         self.client = MlflowClient(tracking_uri=tracking_uri)
+        self._experiments: dict[str, str] = {}      # grid name -> experiment id (looked up once, not per trial)
+        self._writer: TrialLogWriter | None = None
+
+    def log_trial_later(self, parent_id: str, grid_name: str, entry: dict[str, Any],
+                        on_logged: Callable[[str], None], on_error: Callable[[Exception], None]) -> None:
+        """`log_trial` on this tracker's background thread (in order); `on_logged(run id)` after each, `on_error`
+        once if the store fails (the rest are then dropped: the ledger has them and `sync` logs them later)."""
+        if self._writer is None:
+            self._writer = TrialLogWriter(self)
+        self._writer.put(lambda: on_logged(self.log_trial(parent_id, grid_name, entry)), on_error)
+
+    def flush(self) -> None:
+        """Wait until every trial handed to `log_trial_later` is logged (or dropped after a store failure)."""
+        if self._writer is not None:
+            self._writer.flush()
 
     def experiment(self, grid_name: str) -> str:
+        if grid_name in self._experiments:
+            return self._experiments[grid_name]
+        self._experiments[grid_name] = eid = self._experiment(grid_name)
+        return eid
+
+    def _experiment(self, grid_name: str) -> str:
         name = f"mlvp/{grid_name}"
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
@@ -215,7 +240,10 @@ class Tracker:
         now = int(time.time() * 1000)
         ps = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
         ms = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items() if v is not None]
-        # mlflow batch limits: 100 params, 1000 metrics per call
+        # mlflow batch limits: 100 params, 1000 metrics per call; one call (one transaction) when both fit
+        if len(ps) <= 100 and len(ms) <= 1000:
+            self.client.log_batch(run_id, params=ps, metrics=ms)
+            return
         for i in range(0, max(len(ps), 1), 100):
             self.client.log_batch(run_id, params=ps[i:i + 100])
         for i in range(0, len(ms), 1000):
@@ -230,6 +258,91 @@ class Tracker:
                 p = Path(d) / name
                 p.write_text(content if isinstance(content, str) else json.dumps(content))
             self.client.log_artifacts(run_id, d)
+
+
+class TrialLogWriter:
+    """One background thread that logs trial runs in order, so the driver's Tune callback returns after the ledger
+    write (the record) instead of after ~5 MLflow round trips per trial (benchmarks/orchestration_overhead.py);
+    `flush()` waits for the queue. After a store failure the rest are dropped: the ledger has them."""
+
+    def __init__(self, tracker: Tracker):
+        self.tracker = tracker
+        self.queue: queue.Queue = queue.Queue()
+        self.failed: Exception | None = None
+        self.thread = threading.Thread(target=self._loop, name="mlflow-trial-writer", daemon=True)
+        self.thread.start()
+
+    def put(self, log: Callable[[], None], on_error: Callable[[Exception], None]) -> None:
+        self.queue.put((log, on_error))
+
+    def flush(self) -> None:
+        self.queue.join()
+
+    def _loop(self) -> None:
+        while True:
+            log, on_error = self.queue.get()
+            try:
+                if self.failed is None:
+                    log()
+            except Exception as err:  # tracking trouble never loses a result: the ledger has it
+                self.failed = err
+                try:
+                    on_error(err)
+                except Exception:
+                    pass
+            finally:
+                self.queue.task_done()
+
+
+_FAST: set[Path] = set()
+_NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "ceph", "beegfs", "9p", "fuse.sshfs",
+               "glusterfs", "fuse.glusterfs"}
+
+
+def _fast_sqlite(db: Path) -> None:
+    """Commit without an fsync per transaction: WAL journal with synchronous=NORMAL (durable across a process crash,
+    consistent across a power loss, where the ledger still has every result and `sync` relogs it). On a network
+    filesystem WAL is unsafe (it needs shared memory between readers): there only synchronous=NORMAL. Each MLflow
+    call is one transaction, so this is most of the per-trial cost on a slow disk (RESULTS.md section 15)."""
+    db = db.resolve()
+    if db in _FAST:
+        return
+    _FAST.add(db)
+    import sqlite3
+
+    import sqlalchemy
+
+    wal = _filesystem(db.parent) not in _NETWORK_FS
+    if wal:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(db)   # persistent in the file: readers (mlflow ui) use WAL too
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+        finally:
+            conn.close()
+
+    def on_connect(dbapi_conn, _record) -> None:
+        if isinstance(dbapi_conn, sqlite3.Connection):
+            row = dbapi_conn.execute("PRAGMA database_list").fetchone()
+            if row and row[2] and Path(row[2]).resolve() in _FAST:
+                dbapi_conn.execute("PRAGMA synchronous=NORMAL")
+
+    if len(_FAST) == 1:
+        sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", on_connect)
+
+
+def _filesystem(folder: Path) -> str:
+    """The filesystem type holding `folder` (from /proc/mounts; "" when unknown)."""
+    try:
+        mounts = [line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines()]
+    except OSError:
+        return ""
+    folder = folder.resolve()
+    best, kind = "", ""
+    for point, fstype in mounts:
+        if (str(folder) == point or str(folder).startswith(point.rstrip("/") + "/")) and len(point) > len(best):
+            best, kind = point, fstype
+    return kind
 
 
 def _alive(pid: str | None) -> bool:
