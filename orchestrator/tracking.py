@@ -95,7 +95,26 @@ class Tracker:
         once if the store fails (the rest are then dropped: the ledger has them and `sync` logs them later)."""
         if self._writer is None:
             self._writer = TrialLogWriter(self)
-        self._writer.put(lambda: on_logged(self.log_trial(parent_id, grid_name, entry)), on_error)
+        self._writer.put((parent_id, grid_name, entry, on_logged, on_error))
+
+    def log_trials(self, parent_id: str, grid_name: str, entries: list[dict[str, Any]]) -> list[str]:
+        """`log_trial` for many entries: in one database transaction on a sqlite / SQL store (the runs, tags, params
+        and metrics `log_trial` writes, captured by `_BatchClient`; artifacts written into a local artifact folder),
+        else one by one. Returns the run ids in order."""
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
+        if not isinstance(store, SqlAlchemyStore) or len(entries) == 1:
+            return [self.log_trial(parent_id, grid_name, e) for e in entries]
+        exp_id = self.experiment(grid_name)   # cached before the client is swapped
+        real, batch = self.client, _BatchClient(self.client)
+        self.client = batch
+        try:
+            rids = [self.log_trial(parent_id, grid_name, e) for e in entries]
+        finally:
+            self.client = real
+        batch.commit(store, exp_id, self.client.get_experiment(exp_id).artifact_location)
+        return rids
 
     def flush(self) -> None:
         """Wait until every trial handed to `log_trial_later` is logged (or dropped after a store failure)."""
@@ -272,26 +291,130 @@ class TrialLogWriter:
         self.thread = threading.Thread(target=self._loop, name="mlflow-trial-writer", daemon=True)
         self.thread.start()
 
-    def put(self, log: Callable[[], None], on_error: Callable[[Exception], None]) -> None:
-        self.queue.put((log, on_error))
+    def put(self, item: tuple) -> None:
+        """(parent run id, grid name, ledger entry, on_logged(run id), on_error(err))."""
+        self.queue.put(item)
 
     def flush(self) -> None:
         self.queue.join()
 
     def _loop(self) -> None:
         while True:
-            log, on_error = self.queue.get()
+            items = [self.queue.get()]
+            while len(items) < 500:   # whatever queued meanwhile goes in one transaction (Tracker.log_trials)
+                try:
+                    items.append(self.queue.get_nowait())
+                except queue.Empty:
+                    break
             try:
                 if self.failed is None:
-                    log()
+                    self._log(items)
             except Exception as err:  # tracking trouble never loses a result: the ledger has it
                 self.failed = err
                 try:
-                    on_error(err)
+                    items[0][4](err)
                 except Exception:
                     pass
             finally:
-                self.queue.task_done()
+                for _ in items:
+                    self.queue.task_done()
+
+    def _log(self, items: list[tuple]) -> None:
+        groups: dict[tuple[str, str], list[tuple]] = {}
+        for item in items:
+            groups.setdefault((item[0], item[1]), []).append(item)
+        for (parent, grid_name), group in groups.items():
+            try:
+                rids = self.tracker.log_trials(parent, grid_name, [g[2] for g in group])
+            except Exception:   # nothing of the batch was committed (one transaction): one by one, to find the bad one
+                rids = [self.tracker.log_trial(parent, grid_name, g[2]) for g in group]
+            for g, rid in zip(group, rids):
+                g[3](rid)
+
+
+class _BatchClient:
+    """Stands in for MlflowClient inside `Tracker.log_trials`: records the writes `log_trial` makes (run, tags,
+    params, metrics, artifacts, final status) so they are committed together; anything else it is asked is an
+    AttributeError (the batch then falls back to one run at a time)."""
+
+    def __init__(self, real):
+        self.real = real
+        self.runs: dict[str, dict[str, Any]] = {}
+
+    def create_run(self, experiment_id, start_time=None, tags=None, run_name=None):
+        import types
+        import uuid
+
+        rid = uuid.uuid4().hex
+        now = int(time.time() * 1000)
+        self.runs[rid] = {"name": run_name or rid[:8], "start": start_time or now, "end": None, "status": "RUNNING",
+                          "tags": dict(tags or {}), "params": {}, "metrics": [], "files": {}}
+        return types.SimpleNamespace(info=types.SimpleNamespace(run_id=rid))
+
+    def log_batch(self, run_id, metrics=(), params=(), tags=(), **_):
+        run = self.runs[run_id]
+        run["metrics"].extend(metrics)
+        run["params"].update({p.key: p.value for p in params})
+        run["tags"].update({t.key: t.value for t in tags})
+
+    def set_tag(self, run_id, key, value, **_):
+        self.runs[run_id]["tags"][key] = str(value)
+
+    def log_artifacts(self, run_id, local_dir, artifact_path=None):
+        for f in Path(local_dir).rglob("*"):
+            if f.is_file():
+                rel = f.relative_to(local_dir).as_posix()
+                self.runs[run_id]["files"][f"{artifact_path}/{rel}" if artifact_path else rel] = f.read_bytes()
+
+    def set_terminated(self, run_id, status=None, end_time=None):
+        run = self.runs[run_id]
+        run["status"], run["end"] = status or "FINISHED", end_time or int(time.time() * 1000)
+
+    def commit(self, store, experiment_id: str, artifact_location: str) -> None:
+        """Every recorded run in one transaction (the rows MLflow's own create_run / log_batch / set_terminated
+        write), then the artifacts: written into a local artifact folder, else through the real client."""
+        from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlParam, SqlRun, SqlTag
+        from mlflow.utils.uri import append_to_uri_path
+
+        with store.ManagedSessionMaker(read_only=False) as session:
+            for rid, run in self.runs.items():
+                tags = {"mlflow.runName": run["name"], **run["tags"]}
+                session.add(SqlRun(name=run["name"], run_uuid=rid, experiment_id=int(experiment_id),
+                                   artifact_uri=append_to_uri_path(artifact_location, rid, "artifacts"),
+                                   source_type="UNKNOWN", source_name="", entry_point_name="", user_id="",
+                                   status=run["status"], start_time=run["start"], end_time=run["end"],
+                                   deleted_time=None, source_version="", lifecycle_stage="active"))
+                session.add_all([SqlTag(run_uuid=rid, key=k, value=str(v)) for k, v in tags.items()])
+                session.add_all([SqlParam(run_uuid=rid, key=k, value=str(v)) for k, v in run["params"].items()])
+                latest: dict[str, Any] = {}
+                rows = {}
+                for m in run["metrics"]:
+                    is_nan, value = store.sanitize_metric_value(m.value)
+                    rows[(m.key, m.timestamp, m.step, value, is_nan)] = (m, is_nan, value)
+                    if m.key not in latest or (m.step, m.timestamp) >= (latest[m.key][0].step,
+                                                                       latest[m.key][0].timestamp):
+                        latest[m.key] = (m, is_nan, value)
+                session.add_all([SqlMetric(run_uuid=rid, key=m.key, value=v, timestamp=m.timestamp, step=m.step,
+                                           is_nan=nan) for m, nan, v in rows.values()])
+                session.add_all([SqlLatestMetric(run_uuid=rid, key=m.key, value=v, timestamp=m.timestamp,
+                                                 step=m.step, is_nan=nan) for m, nan, v in latest.values()])
+        local = artifact_location.startswith("file:") or "://" not in artifact_location
+        for rid, run in self.runs.items():
+            if not run["files"]:
+                continue
+            if local:
+                from mlflow.utils.file_utils import local_file_uri_to_path
+
+                root = Path(local_file_uri_to_path(artifact_location)) / rid / "artifacts"
+                for name, data in run["files"].items():
+                    (root / name).parent.mkdir(parents=True, exist_ok=True)
+                    (root / name).write_bytes(data)
+            else:
+                with tempfile.TemporaryDirectory() as d:
+                    for name, data in run["files"].items():
+                        (Path(d) / name).parent.mkdir(parents=True, exist_ok=True)
+                        (Path(d) / name).write_bytes(data)
+                    self.real.log_artifacts(rid, d)
 
 
 _FAST: set[Path] = set()
