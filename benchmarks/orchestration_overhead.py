@@ -185,6 +185,7 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     marks["setup_rss"], marks["setup_s"] = RSS().now(), time.perf_counter() - t0   # MLflow imported, store open
     real = tune_mod.trial_trainable
     tune_mod.trial_trainable = noop_trainable   # the only substitution: the trial's body
+    t_trials = time.perf_counter()
     try:
         with progress:
             tune_mod.run_trials(todo, env, storage_path=str(paths.grid_dir(grid.name) / "tune"), name=submission,
@@ -193,9 +194,12 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
                                 on_result=recorder.result, on_crash=recorder.crash)
     finally:
         tune_mod.trial_trainable = real
+    marks["trials_s"] = time.perf_counter() - t_trials
     report.ok, report.failed = recorder.counts["ok"], recorder.counts["failed"]
+    t_finish = time.perf_counter()
     rendered = types.SimpleNamespace(failed=0)   # the render stage's summary (nothing rendered here)
     finish(plan, grid, ledger, report, console, t0, rendered, recorder.counts, "FINISHED", submission, tracker)
+    marks["finish_s"] = time.perf_counter() - t_finish
     return time.perf_counter() - t0, recorder.counts["ok"]
 
 
@@ -261,7 +265,8 @@ def main() -> int:
             prof.dump_stats(args.profile)
         ours_peak, ours_end = rss.stop(), rss.now()
         print(f"ours:       {t_ours:.1f} s ({recorded} trials in the ledger and MLflow, tables written; setup "
-              f"{marks['setup_s']:.1f} s); driver RSS +{(ours_end - r1) / 2**20:.0f} MB at the end, peak "
+              f"{marks['setup_s']:.1f} s, Tune {marks['trials_s']:.1f} s, finish incl. the MLflow queue "
+              f"{marks['finish_s']:.1f} s); driver RSS +{(ours_end - r1) / 2**20:.0f} MB at the end, peak "
               f"+{(ours_peak - r1) / 2**20:.0f} MB, of which setup (plan, MLflow imported and its store opened) "
               f"+{(marks['setup_rss'] - r1) / 2**20:.0f} MB and the trials "
               f"+{(ours_peak - marks['setup_rss']) / 2**20:.0f} MB")
