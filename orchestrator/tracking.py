@@ -217,6 +217,11 @@ class Tracker:
         out: dict[tuple[str, str], str] = {}
         if exp is None:
             return out
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
+        if isinstance(store, SqlAlchemyStore):   # three tags per run, not whole runs: 15 s -> well under 1 s at 4,270
+            return _trial_runs_sql(store, exp.experiment_id)
         token = None
         while True:
             page = self.client.search_runs([exp.experiment_id], "tags.`mlvp.kind` = 'trial'", max_results=5000,
@@ -334,6 +339,27 @@ class TrialLogWriter:
                 rids = [self.tracker.log_trial(parent, grid_name, g[2]) for g in group]
             for g, rid in zip(group, rids):
                 g[3](rid)
+
+
+def _trial_runs_sql(store, experiment_id: str) -> dict[tuple[str, str], str]:
+    """Tracker.trial_runs on a SQL store: only the runs' kind, trial key and status tags, newest run first (as
+    search_runs orders them)."""
+    from mlflow.store.tracking.dbmodels.models import SqlRun, SqlTag
+
+    with store.ManagedSessionMaker() as session:
+        rows = (session.query(SqlTag.run_uuid, SqlTag.key, SqlTag.value)
+                .join(SqlRun, SqlRun.run_uuid == SqlTag.run_uuid)
+                .filter(SqlRun.experiment_id == int(experiment_id), SqlRun.lifecycle_stage == "active",
+                        SqlTag.key.in_(("mlvp.kind", "mlvp.trial_key", "mlvp.status")))
+                .order_by(SqlRun.start_time.desc(), SqlRun.run_uuid).all())
+    tags: dict[str, dict[str, str]] = {}
+    for rid, key, value in rows:
+        tags.setdefault(rid, {})[key] = value
+    out: dict[tuple[str, str], str] = {}
+    for rid, t in tags.items():
+        if t.get("mlvp.kind") == "trial":
+            out.setdefault((t.get("mlvp.trial_key", ""), t.get("mlvp.status", "")), rid)
+    return out
 
 
 class _BatchClient:
