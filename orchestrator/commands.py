@@ -8,7 +8,7 @@ from rich.markup import escape
 
 from orchestrator.grid import load_grid
 from orchestrator.ledger import TrialLedger
-from orchestrator.plan import Paths, build_plan, missing_videos
+from orchestrator.plan import Paths, build_plan, missing_videos, plan_for_sizing
 from orchestrator.submit import SubmitOptions, make_console, print_plan, select_trials, submit
 
 
@@ -29,8 +29,11 @@ def cmd_submit(args) -> int:
     report = submit(args.grid, _options(args, dry_run=args.dry_run, rerun=args.rerun, force=args.force,
                                         tolerance=args.tolerance))
     if args.dry_run:
+        unknown = [d for d, n in report.plan.clip_counts().items() if n is None]
+        clips = f"{report.plan.render_count()} clips to render" + (
+            f" (unknown for {', '.join(unknown)})" if unknown else "")
         print(f"dry run: {len(report.plan.trials)} trials ({report.to_run} to run), "
-              f"{report.plan.render_count()} render jobs; nothing started")
+              f"{sum(len(r) for r in report.plan.renders.values())} render sets, {clips}; nothing started")
         return 0
     return 0 if report.failed == 0 else 1
 
@@ -50,8 +53,8 @@ def cmd_resume(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    grid = load_grid(args.grid)
-    plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
+    """Sizes a grid whether or not its data is on disk: what is not there is listed, clip counts unknown."""
+    plan = plan_for_sizing(args.grid, Paths.make(args.results_dir, args.cache_dir))
     plan.notes.extend(missing_videos(plan))
     todo, status = select_trials(plan, TrialLedger(plan.paths.ledger), False, False)
     console = make_console()

@@ -429,7 +429,9 @@ def validate(grid: GridSpec) -> GridSpec:
             DATASETS.lookup(name).check_options(entry.options)
         except DatasetError as err:
             raise GridError(f"datasets.{name}.options: {err}") from None
-        if entry.root is not None and not Path(entry.root).expanduser().is_dir():
+        if entry.root is not None and not Path(entry.root).expanduser().is_dir() and not _tolerate(
+                f"datasets.{name}.root", entry.root, f"directory not found: put {name} there or set "
+                f"datasets.{name}.root"):
             raise GridError(f"datasets.{name}.root: directory not found: {entry.root}")
         _check_path(f"datasets.{name}.assets.main_objects", entry.assets.main_objects, "file")
         _check_path(f"datasets.{name}.assets.distractor_pool", entry.assets.distractor_pool, "dir")
@@ -470,10 +472,37 @@ def _check_path(where: str, path: str | None, kind: str) -> None:
     ok = p.is_file() if kind == "file" else p.is_dir() if kind == "dir" else p.exists()
     if not ok:
         what = {"file": "file", "dir": "directory", "any": "path"}[kind]
+        if _tolerate(where, path, f"{what} not found: put it there or set {where}"):
+            return
         raise GridError(f"{where}: {what} not found: {path} (assets are local paths; nothing is downloaded)")
 
 
 _ENV_VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
+
+
+@dataclass(frozen=True)
+class MissingPath:
+    """A path the grid names that is not on disk (or an unset variable in it), collected instead of raised when the
+    grid is loaded to be sized before the data is there (`load_grid(..., missing=[])`, orchestrator/plan.py)."""
+
+    key: str      # the grid key, e.g. datasets.msrvtt.root
+    path: str     # as written after expansion (an unset ${VAR} is kept)
+    fix: str      # what to set or put there
+
+    def line(self) -> str:
+        return f"{self.key}: {self.path} ({self.fix})"
+
+
+_missing: list[MissingPath] | None = None   # set while load_grid(..., missing=[...]) runs
+
+
+def _tolerate(key: str, path: str, fix: str) -> bool:
+    """Record a missing path when the grid is loaded for sizing (True); otherwise False (the caller raises)."""
+    if _missing is None:
+        return False
+    if not any(m.key == key for m in _missing):
+        _missing.append(MissingPath(key, path, fix))
+    return True
 
 
 def expand_path(where: str, value: str | None) -> str | None:
@@ -488,6 +517,8 @@ def expand_path(where: str, value: str | None) -> str | None:
             return env
         if m["default"] is not None:
             return m["default"]
+        if _tolerate(where, value, f"{m['name']} is not set: export {m['name']}=/path, or write {where} out"):
+            return m.group(0)
         raise GridError(f"{where}: environment variable {m['name']} is not set (in {value!r}); export it, e.g. "
                         f"export {m['name']}=/path, or write the path out")
 
@@ -549,12 +580,26 @@ def _check_weights(key: str, path: str, what: str) -> None:
             _folder_weights(p)
         except WeightsError as err:
             raise GridError(f"{key}: {err}") from None
-    elif not p.is_file():
+    elif not p.is_file() and not _tolerate(key, path, f"{what} file not found: put it there or set {key}"):
         raise GridError(f"{key}: {what} file not found: {path} (a file, or a Hugging Face CLIP folder; weights are "
                         "local files, nothing is downloaded)")
 
 
-def load_grid(path: str | Path) -> GridSpec:
+def load_grid(path: str | Path, missing: list[MissingPath] | None = None) -> GridSpec:
+    """Read and validate a grid. With `missing` (a list), paths that are not on disk and unset variables in them are
+    appended to it instead of raised (every other check still raises): `plan` sizes a grid before the data is
+    downloaded."""
+    global _missing
+    if missing is None:
+        return _load_grid(path)
+    _missing = missing
+    try:
+        return _load_grid(path)
+    finally:
+        _missing = None
+
+
+def _load_grid(path: str | Path) -> GridSpec:
     p = Path(path)
     if not p.is_file():
         raise GridError(f"{path}: grid file not found")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from orchestrator.grid import GridError, GridSpec
+from orchestrator.grid import GridError, GridSpec, MissingPath
 from orchestrator.scenarios.base import PRETRAINED
 from workloads.mixing import Mix
 from workloads.spec import CLEAN, TrialSpec
@@ -63,6 +63,7 @@ class DatasetPlan:
     name: str
     root: str | None
     options: dict
+    unavailable: str | None = None   # sizing without the data: why its annotations cannot be read (None: readable)
 
     @cached_property
     def dataset(self):
@@ -76,6 +77,8 @@ class DatasetPlan:
         needed); real ones from their annotation files."""
         from workloads.seeding import digest
 
+        if self.unavailable:   # a stand-in so trials still get (never-matching) keys: nothing of it has run
+            return f"unknown:{self.name}"
         ds = self.dataset
         if hasattr(ds, "version"):
             return ds.version()
@@ -89,6 +92,11 @@ class DatasetPlan:
     @cached_property
     def test(self):
         return self.dataset.test_split()
+
+    @property
+    def size(self) -> int | None:
+        """Test pairs (clips per render set, queries per trial); None when the annotations are not on disk."""
+        return None if self.unavailable else len(self.test)
 
 
 @dataclass
@@ -134,9 +142,23 @@ class Plan:
     embedders: dict[str, tuple[str | None, str, str]] = field(default_factory=dict)
     text_sets: list = field(default_factory=list)     # orchestrator.text_render.TextSetJob, one per t2v text cell
     notes: list[str] = field(default_factory=list)    # what the grid asks for that will not run here, and why
+    # sizing without the data (`plan`, `submit --dry-run`): the paths the grid names that are not on disk; None when
+    # the plan was built for a run (every path checked by the grid)
+    missing: list[MissingPath] | None = None
 
     def render_count(self) -> int:
-        return sum(len(self.datasets[d].test) * len(r) for d, r in self.renders.items())
+        """Clips to render (datasets whose annotations are not on disk count 0: see clip_counts)."""
+        return sum((self.datasets[d].size or 0) * len(r) for d, r in self.renders.items())
+
+    def clip_counts(self) -> dict[str, int | None]:
+        """Target dataset -> test pairs (clips per render set, queries per trial); None: unknown (no annotations)."""
+        return {d: self.datasets[d].size for d in dict.fromkeys([*self.renders, *(t.dataset for t in self.trials)])}
+
+    def gallery_encodings(self) -> list[tuple]:
+        """The distinct gallery encodings the trials need: (backbone, model version, dataset, direction, frames,
+        resolution, precision), the fields of workloads/trial.py encode_gallery's cache key that vary in a plan."""
+        return list(dict.fromkeys((t.backbone, t.model_version, t.dataset, t.direction, t.num_frames, t.resolution,
+                                   t.precision) for t in self.trials))
 
     def model_path(self, backbone: str, source: str) -> Path:
         m = self.models[(backbone, source)]
@@ -168,6 +190,8 @@ def _file_version(path: str) -> str:
     from workloads.seeding import digest, file_digest
 
     p = Path(path).expanduser()
+    if not p.exists():   # only when sizing without the data (a run's grid has every path checked): a stand-in
+        return f"missing:{path}"
     if p.is_dir():
         from workloads.backbones.convert import _folder_weights
 
@@ -245,13 +269,17 @@ def _pretrained_model(grid: GridSpec, datasets: dict[str, DatasetPlan], paths: P
                      version="pretrain:" + cfg.key(pre.dataset, datasets[pre.dataset].version), clip_only=True)
 
 
-def build_plan(grid: GridSpec, paths: Paths) -> Plan:
+def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None = None) -> Plan:
+    """The plan of a validated grid. With `missing` (sizing before the data is there: `plan_for_sizing`), datasets
+    whose annotations cannot be read are planned with unknown clip counts and listed in it."""
     cells = [(scenario, cell) for scenario in grid.scenarios.values() for cell in scenario.cells(grid)]
     datasets: dict[str, DatasetPlan] = {}
     for _, cell in cells:
         for name in (cell.dataset, cell.source):
             if name != PRETRAINED and name not in datasets:
                 datasets[name] = _dataset_plan(grid, paths, name)
+                if missing is not None:
+                    _check_readable(grid, datasets[name], missing)
     sources = list(dict.fromkeys(cell.source for _, cell in cells))
     models = _plan_models(grid, datasets, sources, paths)
     resolution = grid.runtime.resolution or _image_size(grid.models.clip_model)
@@ -315,7 +343,53 @@ def build_plan(grid: GridSpec, paths: Paths) -> Plan:
                     render_assets=assets, variant=variant, mix=cell.mix))
     notes = [line for scenario in grid.scenarios.values() for line in scenario.notes(grid)]
     return Plan(grid, paths, datasets, models, trials, renders, resolution, render_assets, embedders,
-                list(text_sets.values()), notes)
+                list(text_sets.values()), notes, missing)
+
+
+def _check_readable(grid: GridSpec, dp: DatasetPlan, missing: list[MissingPath]) -> None:
+    """Sizing without the data: mark a dataset whose root or test annotations are not on disk unavailable (listed in
+    `missing` once, under its root key, with what the loader wants)."""
+    key = f"datasets.{dp.name}.root"
+    known = next((m for m in missing if m.key == key), None)
+    if known is not None:
+        dp.unavailable = known.fix
+        return
+    try:
+        if hasattr(dp.dataset, "version"):   # generated on first use: always available
+            return
+        dp.test  # noqa: B018 (reads the annotations)
+    except Exception as err:  # the loader's one-line reason (DatasetError: which file, where it comes from)
+        dp.unavailable = str(err).splitlines()[0] if str(err) else type(err).__name__
+        missing.append(MissingPath(key, str(dp.root), dp.unavailable))
+
+
+def plan_for_sizing(grid_path: str | os.PathLike, paths: Paths) -> Plan:
+    """`plan` and `submit --dry-run`: the plan of a grid whether or not its data, weights and assets are on disk yet.
+    Paths that are not there are in `plan.missing` (one MissingPath each, with the key or variable to set); datasets
+    without annotations have unknown clip counts; missing asset files plan as their fallbacks. Starts nothing."""
+    from orchestrator.grid import load_grid
+
+    missing: list[MissingPath] = []
+    grid = load_grid(grid_path, missing=missing)
+    _drop_missing_assets(grid, missing)
+    return build_plan(grid, paths, missing)
+
+
+def _drop_missing_assets(grid: GridSpec, missing: list[MissingPath]) -> None:
+    """Asset paths that are not on disk plan as absent (their types render the flagged fallbacks)."""
+    import dataclasses
+
+    keys = {m.key.split("[")[0] for m in missing}
+    for f in dataclasses.fields(grid.assets):
+        if f"assets.{f.name}" in keys:
+            setattr(grid.assets, f.name, None)
+    for name, entry in grid.datasets.items():
+        for attr in ("main_objects", "distractor_pool"):
+            if f"datasets.{name}.assets.{attr}" in keys:
+                setattr(entry.assets, attr, None)
+        pre = entry.assets.text_precomputed
+        for pert in [p for p in pre if f"datasets.{name}.assets.text_precomputed.{p}" in keys]:
+            del pre[pert]
 
 
 def missing_videos(plan: Plan) -> list[str]:
@@ -331,6 +405,8 @@ def missing_videos(plan: Plan) -> list[str]:
             wanted[m.train_dataset].append("train")
     notes = []
     for name, splits in wanted.items():
+        if plan.datasets[name].unavailable:   # sizing without the data: its root is listed in plan.missing
+            continue
         ds = plan.datasets[name].dataset
         if hasattr(ds, "version"):   # generated under the cache on first use (workloads/datasets/synthetic.py)
             continue
@@ -340,6 +416,16 @@ def missing_videos(plan: Plan) -> list[str]:
             if not missing:
                 continue
             report = missing_video_report(ds, split_name)
+            if missing == len(set(split.video_ids)) and plan.missing is not None:   # sizing: list it, go on
+                key, folder = f"datasets.{name}.options.videos_dir", str(Path(split.pairs[0].video_path).parent)
+                earlier = next((i for i, m in enumerate(plan.missing) if m.key == key), None)
+                what = f"{missing} {split_name}"
+                if earlier is not None:   # the test split's line: one line per dataset
+                    what = plan.missing.pop(earlier).fix.split(" videos exist")[0].removeprefix("none of its ") \
+                        + f" / {what}"
+                plan.missing.append(MissingPath(key, folder, f"none of its {what} videos exist: put them there or "
+                                                f"set {key} (or root)"))
+                continue
             if missing == len(set(split.video_ids)):
                 raise PlanError(f"{report}: none of its {split_name} videos exist; put them there or set "
                                 f"datasets.{name}.options.videos_dir (or root)")
@@ -372,3 +458,42 @@ def _embedder(grid: GridSpec, models: dict[tuple[str, str], ModelPlan], ds: str)
         raise PlanError(f"dataset {ds}: perturbations with assets need a CLIP to choose them: give models.pretrained "
                         f"or run query_shift on {ds} (its fine-tuned model)")
     return backbone, models[(backbone, ds)].version, "finetuned"
+
+
+def sizing_lines(plan: Plan, cost=None) -> list[str]:
+    """What `plan` and `submit --dry-run` print after the checkpoints: render sets, gallery encodings, clips (unknown
+    where the annotations are not on disk), the paths not on disk (one line each, with the key or variable to set)
+    and the cost estimate (orchestrator/cost_model.py) of what is known. Plain text (no markup)."""
+    from orchestrator.cost_model import estimate
+
+    sizes = plan.clip_counts()
+    unknown = [d for d, n in sizes.items() if n is None]
+    sets = sum(len(r) for r in plan.renders.values())
+    perturbed = sum(1 for r in plan.renders.values() for p, _ in r if p != CLEAN)
+    by_dir = Counter(t.direction for t in plan.trials)
+    lines = [f"render sets: {sets} ({perturbed} perturbed, {sets - perturbed} clean; one per dataset x "
+             f"perturbation x severity)",
+             f"gallery encodings: {len(plan.gallery_encodings())} (one per backbone x checkpoint x dataset x "
+             f"direction, cached; " + ", ".join(f"{d} trials {n}" for d, n in sorted(by_dir.items())) + ")"]
+    given = {m.version for m in plan.models.values() if m.finetune is None}
+    trained = {m.version for m in plan.models.values() if m.finetune is not None}
+    lines.insert(0, f"checkpoints: {len(given) + len(trained)} ({len(trained)} fine-tuned or pretrained here, "
+                    f"{len(given)} given)")
+    known = {d: n for d, n in sizes.items() if n is not None}
+    clips = f"clips to render: {plan.render_count():,}" + (
+        f" (test pairs per dataset: {', '.join(f'{d} {n}' for d, n in known.items())})" if known else "")
+    if unknown:
+        clips = (clips + "; " if known else "clips to render: ") + \
+            f"unknown for {', '.join(unknown)} (annotations not on disk)"
+    lines.append(clips)
+    if plan.missing:
+        lines.append(f"not on disk ({len(plan.missing)}; `plan` sizes the grid anyway, `submit` needs them):")
+        lines.extend(f"  missing {m.line()}" for m in plan.missing)
+    est = estimate(plan, cost)
+    if len(unknown) == len(sizes):
+        lines.append("GPU-hours: unknown until the annotations are on disk (the cost model needs the clip counts: "
+                     "orchestrator/cost_model.py)")
+    else:
+        lines.append(est.line() + (f"; not counting {', '.join(unknown)} (clip counts unknown)" if unknown else "")
+                     + " (cost model: orchestrator/cost_model.py)")
+    return lines

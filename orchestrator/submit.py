@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from orchestrator.grid import GridSpec, load_grid
 from orchestrator.ledger import TrialLedger
-from orchestrator.plan import Paths, Plan, build_plan, missing_videos
+from orchestrator.plan import Paths, Plan, build_plan, missing_videos, plan_for_sizing
 from orchestrator.results import write_tables
 from orchestrator.tracking import Tracker, check_store, default_tracking_uri, store_key
 from workloads.spec import CLEAN, TrialSpec
@@ -89,9 +89,10 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console)
     for name, ds in plan.datasets.items():
         announce_generation(name, ds.dataset, console)
         cells = plan.renders.get(name, [])
-        role = f"{len(cells)} render cells ({len(ds.test) * len(cells)} clips at {plan.resolution}px)" if cells \
-            else "training data only"
-        console.print(f"  dataset {name}: {len(ds.test)} test pairs, {role}")
+        n = "unknown" if ds.size is None else ds.size   # annotations not on disk yet (sizing: plan_for_sizing)
+        role = f"{len(cells)} render cells ({n * len(cells) if ds.size is not None else n} clips at " \
+            f"{plan.resolution}px)" if cells else "training data only"
+        console.print(f"  dataset {name}: {n} test pairs, {role}")
     for (backbone, source), m in plan.models.items():
         if m.given_path:
             what = m.given_path
@@ -101,7 +102,10 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console)
             what = "fine-tune here" + (f" from {m.init_from[0]}" if m.init_from else "")
         cached = not m.given_path and plan.model_path(backbone, source).is_file()
         console.print(f"  checkpoint {backbone}/{source}: {what}{' (cached)' if cached else ''}")
-    console.print(f"  render jobs: {plan.render_count()}")
+    from orchestrator.plan import sizing_lines
+
+    for line in sizing_lines(plan):
+        console.print(f"  {escape(line)}")
     if plan.text_sets:
         cached = sum(1 for j in plan.text_sets if j.key.path(plan.paths.render).is_file())
         stand_in = sum(1 for j in plan.text_sets if j.stand_in is not None)
@@ -172,13 +176,18 @@ def _finetune_task(config, dataset: str, root, options, data_version: str, cache
 def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
     console = make_console()
     t_start = time.time()
-    grid = load_grid(grid_path)
     paths = Paths.make(opts.results_dir, opts.cache_dir)
+    if opts.dry_run:  # sized whether or not the data is on disk yet: what is missing is listed (orchestrator/plan.py)
+        plan = plan_for_sizing(grid_path, paths)
+        grid = plan.grid
+    else:
+        grid = load_grid(grid_path)
     if not opts.dry_run:  # what would fail later, checked before anything starts: the folders, then the store
         check_writable(paths.results)
         check_writable(paths.cache)
     ledger = TrialLedger(paths.ledger)
-    plan = build_plan(grid, paths)
+    if not opts.dry_run:
+        plan = build_plan(grid, paths)
     plan.notes.extend(missing_videos(plan))   # all at once, before anything starts; none of a split's: PlanError
     todo, status = select_trials(plan, ledger, opts.only_failed, opts.rerun, opts.incomplete)
     done_before = sum(1 for s in status.values() if s == "ok")
@@ -324,6 +333,8 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
     """Tables from the ledger, and the MLflow parent closed with them. Without a run (nothing to do) a parent run is
     made only when the store lacks some of the grid's trials."""
     paths = plan.paths
+    if tracker is not None:
+        tracker.flush()   # trial runs still queued on its thread (LiveRecorder): their run ids reach the ledger first
     entries = ledger.entries(t.key for t in plan.trials)
     report.tables = write_tables(entries, paths.grid_dir(grid.name), grid)
     n_ok = sum(e["status"] == "ok" for e in entries)
@@ -378,15 +389,10 @@ class LiveRecorder:
             self.progress.console.print(f"[red]ledger write failed for {result['key']} ({err.strerror or err}): "
                                         f"free space under {self.ledger.root} and resume[/]")
             entry = None
-        if entry is not None and self.tracking:
-            try:
-                self.ledger.record_run(result["key"], self.store,
-                                       self.tracker.log_trial(self.parent, self.grid_name, entry))
-            except Exception as err:  # tracking trouble must not lose the result: the ledger has it
-                self.tracking = False
-                self.progress.console.print(
-                    f"[yellow]MLflow store {self.tracker.uri} stopped answering ({type(err).__name__}); results "
-                    f"stay in the ledger and the next submit (or `python -m orchestrator sync`) logs them[/]")
+        if entry is not None and self.tracking:   # on the tracker's thread: this callback returns now
+            key = result["key"]
+            self.tracker.log_trial_later(self.parent, self.grid_name, entry,
+                                         lambda rid: self.ledger.record_run(key, self.store, rid), self._untracked)
         ok = result["status"] == "ok"
         self.counts["ok" if ok else "failed"] += 1
         spec = TrialSpec.from_dict(result["spec"])
@@ -399,6 +405,13 @@ class LiveRecorder:
         self.progress.console.print(f"  {where:12s} {spec.backbone:9s} {spec.method_label:12s} {spec.direction} "
                                     f"{spec.cell:22s} {line}")
         self.progress.update(self.task, advance=1, failed=self.counts["failed"])
+
+    def _untracked(self, err: Exception) -> None:
+        """Tracking trouble must not lose the result: the ledger has it."""
+        self.tracking = False
+        self.progress.console.print(
+            f"[yellow]MLflow store {self.tracker.uri} stopped answering ({type(err).__name__}); results "
+            f"stay in the ledger and the next submit (or `python -m orchestrator sync`) logs them[/]")
 
     def crash(self, spec: dict[str, Any], message: str) -> None:
         """A trial whose worker died (after Tune's retries): recorded as failed, like any other failure."""

@@ -13,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import queue
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -80,10 +82,52 @@ class Tracker:
 
         self.uri = tracking_uri
         self.results_dir = Path(results_dir).resolve()
+        if tracking_uri.startswith("sqlite:///"):
+            _fast_sqlite(Path(tracking_uri[len("sqlite:///"):]))
         mlflow.set_tracking_uri(tracking_uri)
         self.client = MlflowClient(tracking_uri=tracking_uri)
+        self._experiments: dict[str, str] = {}      # grid name -> experiment id (looked up once, not per trial)
+        self._writer: TrialLogWriter | None = None
+
+    def log_trial_later(self, parent_id: str, grid_name: str, entry: dict[str, Any],
+                        on_logged: Callable[[str], None], on_error: Callable[[Exception], None]) -> None:
+        """`log_trial` on this tracker's background thread (in order); `on_logged(run id)` after each, `on_error`
+        once if the store fails (the rest are then dropped: the ledger has them and `sync` logs them later)."""
+        if self._writer is None:
+            self._writer = TrialLogWriter(self)
+        self._writer.put((parent_id, grid_name, entry, on_logged, on_error))
+
+    def log_trials(self, parent_id: str, grid_name: str, entries: list[dict[str, Any]]) -> list[str]:
+        """`log_trial` for many entries: in one database transaction on a sqlite / SQL store (the runs, tags, params
+        and metrics `log_trial` writes, captured by `_BatchClient`; artifacts written into a local artifact folder),
+        else one by one. Returns the run ids in order."""
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
+        if not isinstance(store, SqlAlchemyStore):
+            return [self.log_trial(parent_id, grid_name, e) for e in entries]
+        exp_id = self.experiment(grid_name)   # cached before the client is swapped
+        real, batch = self.client, _BatchClient(self.client)
+        self.client = batch
+        try:
+            rids = [self.log_trial(parent_id, grid_name, e) for e in entries]
+        finally:
+            self.client = real
+        batch.commit(store, exp_id, self.client.get_experiment(exp_id).artifact_location)
+        return rids
+
+    def flush(self) -> None:
+        """Wait until every trial handed to `log_trial_later` is logged (or dropped after a store failure)."""
+        if self._writer is not None:
+            self._writer.flush()
 
     def experiment(self, grid_name: str) -> str:
+        if grid_name in self._experiments:
+            return self._experiments[grid_name]
+        self._experiments[grid_name] = eid = self._experiment(grid_name)
+        return eid
+
+    def _experiment(self, grid_name: str) -> str:
         name = f"mlvp/{grid_name}"
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
@@ -173,6 +217,11 @@ class Tracker:
         out: dict[tuple[str, str], str] = {}
         if exp is None:
             return out
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
+        if isinstance(store, SqlAlchemyStore):   # three tags per run, not whole runs: 15 s -> well under 1 s at 4,270
+            return _trial_runs_sql(store, exp.experiment_id)
         token = None
         while True:
             page = self.client.search_runs([exp.experiment_id], "tags.`mlvp.kind` = 'trial'", max_results=5000,
@@ -215,7 +264,10 @@ class Tracker:
         now = int(time.time() * 1000)
         ps = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
         ms = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items() if v is not None]
-        # mlflow batch limits: 100 params, 1000 metrics per call
+        # mlflow batch limits: 100 params, 1000 metrics per call; one call (one transaction) when both fit
+        if len(ps) <= 100 and len(ms) <= 1000:
+            self.client.log_batch(run_id, params=ps, metrics=ms)
+            return
         for i in range(0, max(len(ps), 1), 100):
             self.client.log_batch(run_id, params=ps[i:i + 100])
         for i in range(0, len(ms), 1000):
@@ -230,6 +282,220 @@ class Tracker:
                 p = Path(d) / name
                 p.write_text(content if isinstance(content, str) else json.dumps(content))
             self.client.log_artifacts(run_id, d)
+
+
+class TrialLogWriter:
+    """One background thread that logs trial runs in order, so the driver's Tune callback returns after the ledger
+    write (the record) instead of after ~5 MLflow round trips per trial (benchmarks/orchestration_overhead.py);
+    `flush()` waits for the queue. After a store failure the rest are dropped: the ledger has them."""
+
+    def __init__(self, tracker: Tracker):
+        self.tracker = tracker
+        self.queue: queue.Queue = queue.Queue()
+        self.failed: Exception | None = None
+        self.linger_s = 0.5
+        self.thread = threading.Thread(target=self._loop, name="mlflow-trial-writer", daemon=True)
+        self.thread.start()
+
+    def put(self, item: tuple) -> None:
+        """(parent run id, grid name, ledger entry, on_logged(run id), on_error(err))."""
+        self.queue.put(item)
+
+    def flush(self) -> None:
+        self.queue.join()
+
+    def _loop(self) -> None:
+        while True:
+            items = [self.queue.get()]
+            # what queues within half a second goes in one transaction (Tracker.log_trials): logging one run at a
+            # time kept this thread busy 60% of the time at 4,270 no-op trials, slowing Tune's loop on the GIL
+            deadline = time.monotonic() + self.linger_s
+            while len(items) < 1000:
+                try:
+                    items.append(self.queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                except queue.Empty:
+                    break
+            try:
+                if self.failed is None:
+                    self._log(items)
+            except Exception as err:  # tracking trouble never loses a result: the ledger has it
+                self.failed = err
+                try:
+                    items[0][4](err)
+                except Exception:
+                    pass
+            finally:
+                for _ in items:
+                    self.queue.task_done()
+
+    def _log(self, items: list[tuple]) -> None:
+        groups: dict[tuple[str, str], list[tuple]] = {}
+        for item in items:
+            groups.setdefault((item[0], item[1]), []).append(item)
+        for (parent, grid_name), group in groups.items():
+            try:
+                rids = self.tracker.log_trials(parent, grid_name, [g[2] for g in group])
+            except Exception:   # nothing of the batch was committed (one transaction): one by one, to find the bad one
+                rids = [self.tracker.log_trial(parent, grid_name, g[2]) for g in group]
+            for g, rid in zip(group, rids):
+                g[3](rid)
+
+
+def _trial_runs_sql(store, experiment_id: str) -> dict[tuple[str, str], str]:
+    """Tracker.trial_runs on a SQL store: only the runs' kind, trial key and status tags, newest run first (as
+    search_runs orders them)."""
+    from mlflow.store.tracking.dbmodels.models import SqlRun, SqlTag
+
+    with store.ManagedSessionMaker() as session:
+        rows = (session.query(SqlTag.run_uuid, SqlTag.key, SqlTag.value)
+                .join(SqlRun, SqlRun.run_uuid == SqlTag.run_uuid)
+                .filter(SqlRun.experiment_id == int(experiment_id), SqlRun.lifecycle_stage == "active",
+                        SqlTag.key.in_(("mlvp.kind", "mlvp.trial_key", "mlvp.status")))
+                .order_by(SqlRun.start_time.desc(), SqlRun.run_uuid).all())
+    tags: dict[str, dict[str, str]] = {}
+    for rid, key, value in rows:
+        tags.setdefault(rid, {})[key] = value
+    out: dict[tuple[str, str], str] = {}
+    for rid, t in tags.items():
+        if t.get("mlvp.kind") == "trial":
+            out.setdefault((t.get("mlvp.trial_key", ""), t.get("mlvp.status", "")), rid)
+    return out
+
+
+class _BatchClient:
+    """Stands in for MlflowClient inside `Tracker.log_trials`: records the writes `log_trial` makes (run, tags,
+    params, metrics, artifacts, final status) so they are committed together; anything else it is asked is an
+    AttributeError (the batch then falls back to one run at a time)."""
+
+    def __init__(self, real):
+        self.real = real
+        self.runs: dict[str, dict[str, Any]] = {}
+
+    def create_run(self, experiment_id, start_time=None, tags=None, run_name=None):
+        import types
+        import uuid
+
+        rid = uuid.uuid4().hex
+        now = int(time.time() * 1000)
+        self.runs[rid] = {"name": run_name or rid[:8], "start": start_time or now, "end": None, "status": "RUNNING",
+                          "tags": dict(tags or {}), "params": {}, "metrics": [], "files": {}}
+        return types.SimpleNamespace(info=types.SimpleNamespace(run_id=rid))
+
+    def log_batch(self, run_id, metrics=(), params=(), tags=(), **_):
+        run = self.runs[run_id]
+        run["metrics"].extend(metrics)
+        run["params"].update({p.key: p.value for p in params})
+        run["tags"].update({t.key: t.value for t in tags})
+
+    def set_tag(self, run_id, key, value, **_):
+        self.runs[run_id]["tags"][key] = str(value)
+
+    def log_artifacts(self, run_id, local_dir, artifact_path=None):
+        for f in Path(local_dir).rglob("*"):
+            if f.is_file():
+                rel = f.relative_to(local_dir).as_posix()
+                self.runs[run_id]["files"][f"{artifact_path}/{rel}" if artifact_path else rel] = f.read_bytes()
+
+    def set_terminated(self, run_id, status=None, end_time=None):
+        run = self.runs[run_id]
+        run["status"], run["end"] = status or "FINISHED", end_time or int(time.time() * 1000)
+
+    def commit(self, store, experiment_id: str, artifact_location: str) -> None:
+        """Every recorded run in one transaction (the rows MLflow's own create_run / log_batch / set_terminated
+        write), then the artifacts: written into a local artifact folder, else through the real client."""
+        from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlParam, SqlRun, SqlTag
+        from mlflow.utils.uri import append_to_uri_path
+
+        with store.ManagedSessionMaker(read_only=False) as session:
+            for rid, run in self.runs.items():
+                tags = {"mlflow.runName": run["name"], **run["tags"]}
+                session.add(SqlRun(name=run["name"], run_uuid=rid, experiment_id=int(experiment_id),
+                                   artifact_uri=append_to_uri_path(artifact_location, rid, "artifacts"),
+                                   source_type="UNKNOWN", source_name="", entry_point_name="", user_id="",
+                                   status=run["status"], start_time=run["start"], end_time=run["end"],
+                                   deleted_time=None, source_version="", lifecycle_stage="active"))
+                session.add_all([SqlTag(run_uuid=rid, key=k, value=str(v)) for k, v in tags.items()])
+                session.add_all([SqlParam(run_uuid=rid, key=k, value=str(v)) for k, v in run["params"].items()])
+                latest: dict[str, Any] = {}
+                rows = {}
+                for m in run["metrics"]:
+                    is_nan, value = store.sanitize_metric_value(m.value)
+                    rows[(m.key, m.timestamp, m.step, value, is_nan)] = (m, is_nan, value)
+                    if m.key not in latest or (m.step, m.timestamp) >= (latest[m.key][0].step,
+                                                                       latest[m.key][0].timestamp):
+                        latest[m.key] = (m, is_nan, value)
+                session.add_all([SqlMetric(run_uuid=rid, key=m.key, value=v, timestamp=m.timestamp, step=m.step,
+                                           is_nan=nan) for m, nan, v in rows.values()])
+                session.add_all([SqlLatestMetric(run_uuid=rid, key=m.key, value=v, timestamp=m.timestamp,
+                                                 step=m.step, is_nan=nan) for m, nan, v in latest.values()])
+        local = artifact_location.startswith("file:") or "://" not in artifact_location
+        for rid, run in self.runs.items():
+            if not run["files"]:
+                continue
+            if local:
+                from mlflow.utils.file_utils import local_file_uri_to_path
+
+                root = Path(local_file_uri_to_path(artifact_location)) / rid / "artifacts"
+                for name, data in run["files"].items():
+                    (root / name).parent.mkdir(parents=True, exist_ok=True)
+                    (root / name).write_bytes(data)
+            else:
+                with tempfile.TemporaryDirectory() as d:
+                    for name, data in run["files"].items():
+                        (Path(d) / name).parent.mkdir(parents=True, exist_ok=True)
+                        (Path(d) / name).write_bytes(data)
+                    self.real.log_artifacts(rid, d)
+
+
+_FAST: set[Path] = set()
+_NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "ceph", "beegfs", "9p", "fuse.sshfs",
+               "glusterfs", "fuse.glusterfs"}
+
+
+def _fast_sqlite(db: Path) -> None:
+    """Commit without an fsync per transaction: WAL journal with synchronous=NORMAL (durable across a process crash,
+    consistent across a power loss, where the ledger still has every result and `sync` relogs it). On a network
+    filesystem WAL is unsafe (it needs shared memory between readers): there only synchronous=NORMAL. Each MLflow
+    call is one transaction, so this is most of the per-trial cost on a slow disk (RESULTS.md section 15)."""
+    db = db.resolve()
+    if db in _FAST:
+        return
+    _FAST.add(db)
+    import sqlite3
+
+    import sqlalchemy
+
+    wal = _filesystem(db.parent) not in _NETWORK_FS
+    if wal:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(db)   # persistent in the file: readers (mlflow ui) use WAL too
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+        finally:
+            conn.close()
+
+    def on_connect(dbapi_conn, _record) -> None:
+        if isinstance(dbapi_conn, sqlite3.Connection):
+            row = dbapi_conn.execute("PRAGMA database_list").fetchone()
+            if row and row[2] and Path(row[2]).resolve() in _FAST:
+                dbapi_conn.execute("PRAGMA synchronous=NORMAL")
+
+    if len(_FAST) == 1:
+        sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", on_connect)
+
+
+def _filesystem(folder: Path) -> str:
+    """The filesystem type holding `folder` (from /proc/mounts; "" when unknown)."""
+    try:
+        mounts = [line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines()]
+    except OSError:
+        return ""
+    folder = folder.resolve()
+    best, kind = "", ""
+    for point, fstype in mounts:
+        if (str(folder) == point or str(folder).startswith(point.rstrip("/") + "/")) and len(point) > len(best):
+            best, kind = point, fstype
+    return kind
 
 
 def _alive(pid: str | None) -> bool:

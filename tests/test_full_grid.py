@@ -69,9 +69,9 @@ def test_full_grid_cli_plan_and_a_clear_error_without_the_environment(mlvp_env):
     for line in ("query_shift: 5040 trials", "cross_dataset: 336 trials", "zero_shot: 112 trials"):
         assert line in out.stdout
 
-    env.pop("MLVP_DATA")
-    out = subprocess.run([sys.executable, "-m", "orchestrator", "plan", str(FULL)], capture_output=True, text=True,
-                         env=env, cwd=REPO)
+    env.pop("MLVP_DATA")   # `plan` sizes the grid without it (tests/test_plan_without_data.py); `submit` stops
+    out = subprocess.run([sys.executable, "-m", "orchestrator", "submit", str(FULL), "--results-dir",
+                          str(mlvp_env / "results")], capture_output=True, text=True, env=env, cwd=REPO)
     assert out.returncode == 2
     assert "datasets.msrvtt.root: environment variable MLVP_DATA is not set" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1

@@ -42,7 +42,10 @@ def test_plan_lists_missing_videos_per_dataset_and_fails_on_a_dataset_without_an
                                         r"datasets.activitynet.options.videos_dir \(or root\)$"):
         missing_videos(plan)
     capsys.readouterr()
-    assert main(["plan", FULL, "--results-dir", str(mlvp_env / "results")]) == 2
+    # `plan` sizes the grid anyway and lists the folder (tests/test_plan_without_data.py); `submit` stops
+    assert main(["plan", FULL, "--results-dir", str(mlvp_env / "results")]) == 0
+    assert "missing datasets.activitynet.options.videos_dir: " in capsys.readouterr().out
+    assert main(["submit", FULL, "--results-dir", str(mlvp_env / "results")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: dataset 'activitynet': 3 of 3 test videos missing") and err.count("\n") == 1
     assert not Path(mlvp_env / "results" / "ledger").exists()

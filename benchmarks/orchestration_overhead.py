@@ -1,0 +1,287 @@
+"""Driver-side cost of our trial path at the full matrix's size (issue #14 item 3), against plain Ray Tune.
+
+The 4,270 video query-shift trials of grids/full_mlvp.yaml (12 types x 5 severities + clean, 5 datasets, 7 methods,
+2 backbones), planned from stand-in annotation files (tests/conftest.py's layouts), each a **no-op** that returns at
+once with a result of a real trial's shape (its metrics, timings and a 1,000-entry k-occurrence list, as MSRVTT's
+gallery gives). Both sides run the same Tune trainable, resources and Tuner settings on one local Ray, in one process:
+
+- **plain Tune**: `tune.Tuner` over the same specs, nothing recorded;
+- **ours**: what `submit` does around the trials (orchestrator/submit.py `_run`, minus fine-tuning, check and
+  rendering, which are real work and not overhead): load and plan the grid, read the ledger, start the MLflow parent
+  run (sqlite under the results dir) and sync it, run the trials through orchestrator/tune.py `run_trials` with the
+  driver's `LiveRecorder` (ledger write, MLflow child run with its artifact, console line, progress bar), then
+  `finish` (tables from the ledger, the parent run closed with them);
+- **re-submit**: `submit()` itself on the same grid with the ledger full: nothing to run, no Ray, MLflow checked for
+  every trial and the tables rebuilt.
+
+Goals: ours <= 1.2x plain Tune's wall time; driver RSS growth <= 100 MB over our run. The console goes to /dev/null
+(rich still renders every line); `--trials N` runs the first N trials only.
+
+    python benchmarks/orchestration_overhead.py [--trials 4270] [--num-cpus 4] [--profile out.prof]
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import types
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def noop_trainable(config, env):
+    """A trial that does nothing: reports a result shaped like a real one (workloads/trial.py TrialResult)."""
+    import random
+
+    from ray import tune
+
+    from workloads.spec import TrialSpec
+    from workloads.trial import TrialResult
+
+    if "spec" in config:
+        spec = TrialSpec.from_dict(config["spec"])
+    else:   # plain Tune's grid over the axes: the same spec fields, filled in from the axes
+        cell = dict(env["template"], dataset=config["dataset"], method=config["method"], backbone=config["backbone"],
+                    perturbation=config["cell"][0], severity=config["cell"][1])
+        spec = TrialSpec.from_dict(cell)
+    rng = random.Random(spec.key)
+    metrics = {"R1": rng.uniform(20, 50), "R5": rng.uniform(50, 70), "R10": rng.uniform(60, 80),
+               "MdR": float(rng.randint(2, 10)), "MnR": rng.uniform(10, 40)}
+    metrics.update({f"hub_{k}": rng.uniform(0, 3) for k in (
+        "skewness", "truncated_skewness", "atkinson", "robin_hood", "antihub_occurrence", "hub_occurrence",
+        "max_k_occurrence", "antihub_count")})
+    result = TrialResult(key=spec.key, spec=spec.to_dict(), status="ok", metrics=metrics,
+                         k_occurrence=[rng.randint(0, 30) for _ in range(1000)], n_queries=1000, n_gallery=1000,
+                         faithful_renders=1.0, timings={"gallery_s": 0.0, "adapt_s": 0.0, "total_s": 0.0,
+                                                        "per_query_ms": 0.0},
+                         environment={"host": "noop"})
+    tune.report({"trial_ok": True, **{k: metrics[k] for k in ("R1", "R5", "R10", "MdR", "MnR")},
+                 "result_json": json.dumps(result.to_dict())})
+
+
+def make_grid(work: Path) -> Path:
+    """full_mlvp's video query shift (v2t, clean row included) over stand-in annotations and videos."""
+    import yaml
+
+    from conftest import stand_in_data, stand_in_videos
+
+    stand_in_data(work / "data")
+    stand_in_videos(work / "data")
+    weights = work / "clip.bin"
+    weights.write_bytes(b"stand-in: planning digests the file, no trial loads it")
+    os.environ["MLVP_DATA"], os.environ["MLVP_WEIGHTS"] = str(work / "data"), str(weights)
+    grid = yaml.safe_load((REPO / "grids" / "full_mlvp.yaml").read_text())
+    grid["name"] = "overhead"
+    qs = grid["query_shift"]
+    qs["directions"] = ["v2t"]
+    for key in ("text_perturbations", "text_severities"):
+        qs.pop(key, None)
+    grid.pop("query_gallery_shift", None)
+    grid["runtime"].update({"cpus_per_trial": 1, "gpus_per_trial": 0, "save_scores": False})
+    path = work / "overhead.yaml"
+    path.write_text(yaml.safe_dump(grid, sort_keys=False))
+    return path
+
+
+class RSS:
+    """The driver's resident memory: now, and the peak sampled every 50 ms between start() and stop()."""
+
+    def __init__(self):
+        import psutil
+
+        self.proc = psutil.Process()
+        self.peak = 0
+        self._stop = threading.Event()
+
+    def now(self) -> int:
+        return self.proc.memory_info().rss
+
+    def start(self):
+        self.peak, self._stop = self.now(), threading.Event()
+
+        def loop():
+            while not self._stop.wait(0.05):
+                self.peak = max(self.peak, self.now())
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return max(self.peak, self.now())
+
+
+def plain_tune(specs, storage: Path, cpus: float) -> float:
+    """A plain Tune grid of the same size, written as a Tune user would: one grid_search per axis (dataset, method,
+    backbone, (perturbation, severity) cell), the same trainable and Tuner settings as orchestrator/tune.py;
+    nothing recorded. (A grid_search over a list of thousands of spec dicts is quadratic in Tune: its variant
+    generator deep-copies the whole list for every trial.)"""
+    import logging
+
+    from ray import tune
+
+    axes = {k: list(dict.fromkeys(getattr(s, k) for s in specs)) for k in ("dataset", "method", "backbone")}
+    cells = list(dict.fromkeys((s.perturbation, s.severity) for s in specs))
+    if len(cells) * len(axes["dataset"]) * len(axes["method"]) * len(axes["backbone"]) != len(specs):
+        cells = cells[:max(1, len(specs) // (len(axes["dataset"]) * len(axes["method"]) * len(axes["backbone"])))]
+    trainable = tune.with_resources(tune.with_parameters(noop_trainable, env={"template": specs[0].to_dict()}),
+                                    {"cpu": cpus, "gpu": 0})
+    space = {**{k: tune.grid_search(v) for k, v in axes.items()}, "cell": tune.grid_search(cells)}
+    tuner = tune.Tuner(trainable, param_space=space, tune_config=tune.TuneConfig(reuse_actors=True),
+                       run_config=tune.RunConfig(name="plain", storage_path=str(storage), verbose=0))
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)   # as orchestrator/tune.py
+    t0 = time.perf_counter()
+    tuner.fit()
+    return time.perf_counter() - t0
+
+
+def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict) -> tuple[float, int]:
+    """Our driver path around the trials (see the module docstring); returns (seconds, trials recorded)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    import orchestrator.tune as tune_mod
+    from orchestrator.grid import load_grid
+    from orchestrator.ledger import TrialLedger
+    from orchestrator.plan import Paths, build_plan, missing_videos
+    from orchestrator.submit import (LiveRecorder, SubmitReport, _submission_id, finish, print_plan, select_trials,
+                                     start_parent, sync_store)
+    from orchestrator.tracking import Tracker, check_store, default_tracking_uri
+
+    t0 = time.perf_counter()
+    console = Console(file=devnull, highlight=False, soft_wrap=True)
+    grid = load_grid(grid_path)
+    paths = Paths.make(results)
+    ledger = TrialLedger(paths.ledger)
+    plan = build_plan(grid, paths)
+    plan.notes.extend(missing_videos(plan))
+    todo, status = select_trials(plan, ledger, False, False)
+    todo = todo[:limit] if limit else todo
+    print_plan(plan, status, todo, console)
+    report = SubmitReport(plan, len(todo), 0)
+    report.tracking_uri = default_tracking_uri(paths.results)
+    check_store(report.tracking_uri)
+    tracker = Tracker(report.tracking_uri, paths.results)
+    submission = _submission_id()
+    parent = report.parent_run_id = start_parent(tracker, plan, report, submission)
+    sync_store(tracker, plan, ledger, lambda: parent, console)
+    progress = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(), console=console)
+    recorder = LiveRecorder(ledger, tracker, parent, grid.name, submission, progress,
+                            progress.add_task("trials", total=len(todo), failed=0))
+    env = tune_mod.TrialEnvironment(render_cache=str(paths.render), gallery_cache=str(paths.gallery), scores_dir=None,
+                                    checkpoints={}, datasets={}, use_gpu=False, threads=1)
+    marks["setup_rss"], marks["setup_s"] = RSS().now(), time.perf_counter() - t0   # MLflow imported, store open
+    real = tune_mod.trial_trainable
+    tune_mod.trial_trainable = noop_trainable   # the only substitution: the trial's body
+    t_trials = time.perf_counter()
+    try:
+        with progress:
+            tune_mod.run_trials(todo, env, storage_path=str(paths.grid_dir(grid.name) / "tune"), name=submission,
+                                cpus_per_trial=grid.runtime.cpus_per_trial, gpus_per_trial=0,
+                                max_failures=grid.runtime.max_failures, max_concurrent=None,
+                                on_result=recorder.result, on_crash=recorder.crash)
+    finally:
+        tune_mod.trial_trainable = real
+    marks["trials_s"] = time.perf_counter() - t_trials
+    report.ok, report.failed = recorder.counts["ok"], recorder.counts["failed"]
+    t_finish = time.perf_counter()
+    rendered = types.SimpleNamespace(failed=0)   # the render stage's summary (nothing rendered here)
+    finish(plan, grid, ledger, report, console, t0, rendered, recorder.counts, "FINISHED", submission, tracker)
+    marks["finish_s"] = time.perf_counter() - t_finish
+    return time.perf_counter() - t0, recorder.counts["ok"]
+
+
+def resubmit(grid_path: Path, results: Path) -> tuple[float, int]:
+    """`submit` of the same grid with the ledger full (stdout to /dev/null)."""
+    import contextlib
+
+    from orchestrator.submit import SubmitOptions, submit
+
+    t0 = time.perf_counter()
+    with open(os.devnull, "w") as out, contextlib.redirect_stdout(out):
+        report = submit(str(grid_path), SubmitOptions(results_dir=str(results)))
+    return time.perf_counter() - t0, report.to_run
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="example: python benchmarks/orchestration_overhead.py --trials 500")
+    ap.add_argument("--trials", type=int, default=None, help="run only the first N trials (default: all 4,270)")
+    ap.add_argument("--num-cpus", type=int, default=4, help="logical CPUs of the local Ray (one per trial)")
+    ap.add_argument("--profile", default=None, help="cProfile our run into this file")
+    ap.add_argument("--work", default=None, help="working folder (default: a temporary one, removed)")
+    args = ap.parse_args()
+
+    import platform
+
+    from orchestrator import ray_env
+    from orchestrator.grid import load_grid
+    from orchestrator.plan import Paths, build_plan
+
+    tmp = tempfile.TemporaryDirectory(prefix="mlvp-overhead-")
+    work = Path(args.work or tmp.name)
+    work.mkdir(parents=True, exist_ok=True)
+    grid_path = make_grid(work)
+    specs = build_plan(load_grid(grid_path), Paths.make(work / "scratch")).trials
+    specs = specs[:args.trials] if args.trials else specs
+    n = len(specs)
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor())
+    print(f"{n} no-op trials; local Ray with {args.num_cpus} logical CPUs; {os.cpu_count()} cores ({cpu})")
+
+    ray_env.start_ray(None, args.num_cpus, dashboard=False)
+    rss = RSS()
+    try:
+        plain_tune(specs[:min(50, n)], work / "warm", 1)           # workers and Tune imported once for both
+        r0 = rss.now()
+        rss.start()
+        t_plain = plain_tune(specs, work / "plain", 1)
+        plain_peak, plain_end = rss.stop(), rss.now()
+        print(f"plain Tune: {t_plain:.1f} s ({n / t_plain:.1f} trials/s); driver RSS +{(plain_end - r0) / 2**20:.0f} "
+              f"MB at the end, peak +{(plain_peak - r0) / 2**20:.0f} MB")
+
+        results = work / "results"
+        r1 = rss.now()
+        rss.start()
+        prof = cProfile.Profile() if args.profile else None
+        if prof:
+            prof.enable()
+        marks: dict = {}
+        t_ours, recorded = ours(grid_path, results, args.trials, open(os.devnull, "w"), marks)
+        if prof:
+            prof.disable()
+            prof.dump_stats(args.profile)
+        ours_peak, ours_end = rss.stop(), rss.now()
+        print(f"ours:       {t_ours:.1f} s ({recorded} trials in the ledger and MLflow, tables written; setup "
+              f"{marks['setup_s']:.1f} s, Tune {marks['trials_s']:.1f} s, finish incl. the MLflow queue "
+              f"{marks['finish_s']:.1f} s); driver RSS +{(ours_end - r1) / 2**20:.0f} MB at the end, peak "
+              f"+{(ours_peak - r1) / 2**20:.0f} MB, of which setup (plan, MLflow imported and its store opened) "
+              f"+{(marks['setup_rss'] - r1) / 2**20:.0f} MB and the trials "
+              f"+{(ours_peak - marks['setup_rss']) / 2**20:.0f} MB")
+    finally:
+        ray_env.stop_ray()
+    ratio = t_ours / t_plain
+    growth = (ours_peak - r1) / 2**20
+    print(f"wall time ratio ours / plain Tune: {ratio:.2f}x (goal <= 1.2x: {'met' if ratio <= 1.2 else 'NOT met'}); "
+          f"driver RSS growth {growth:.0f} MB (goal <= 100 MB: {'met' if growth <= 100 else 'NOT met'})")
+    if not args.trials:
+        t_re, to_run = resubmit(grid_path, results)
+        print(f"re-submit with the ledger full: {t_re:.1f} s ({to_run} to run; MLflow checked, tables rebuilt)")
+    tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

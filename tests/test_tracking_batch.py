@@ -1,0 +1,60 @@
+"""Trial runs logged in one transaction (orchestrator/tracking.py Tracker.log_trials, used by the background
+writer) read back from a real sqlite MLflow store exactly as runs logged one by one (`log_trial`): same tags, params,
+metrics, status and artifacts; a failed trial's error and traceback too. And the writer: trials handed to
+`log_trial_later` are all logged after `flush`, each run id reported once."""
+from __future__ import annotations
+
+import json
+
+from orchestrator.tracking import Tracker
+from workloads.spec import TrialSpec
+
+
+def _entry(i: int, status: str = "ok") -> dict:
+    spec = TrialSpec(dataset="msrvtt", direction="v2t", scenario="query_shift", perturbation="fog", severity=1 + i % 5,
+                     method="tent", backbone="clip4clip", seed=0, faithful=True, hub_k=10, data_version="d",
+                     model_version="m").to_dict()
+    entry = {"key": TrialSpec.from_dict(spec).key, "spec": spec, "status": status,
+             "metrics": {"R1": 30.0 + i, "R5": 60.0, "hub_skewness": float("nan") if i == 2 else 1.5},
+             "timings": {"total_s": 1.0}, "n_queries": 4, "k_occurrence": [i, 1, 2, 3]}
+    if status == "failed":
+        entry.update(error="RuntimeError: boom", traceback="Traceback ...\nRuntimeError: boom", metrics={})
+    return entry
+
+
+def _view(tracker: Tracker, rid: str) -> dict:
+    run = tracker.client.get_run(rid)
+    tags = {k: v for k, v in run.data.tags.items() if k not in ("mlflow.parentRunId",)}
+    files = sorted(f.path for f in tracker.client.list_artifacts(rid))
+    k_occ = json.loads(open(tracker.client.download_artifacts(rid, "k_occurrence.json")).read())
+    metrics = {k: "nan" if v != v else v for k, v in run.data.metrics.items()}
+    return {"tags": tags, "params": run.data.params, "metrics": metrics,
+            "status": run.info.status, "name": run.info.run_name, "files": files, "k_occ": k_occ,
+            "parent": run.data.tags["mlflow.parentRunId"]}
+
+
+def test_batch_equals_one_by_one_and_writer_flushes(tmp_path):
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path)
+    grid = type("G", (), {"name": "g", "source": str(tmp_path / "g.yaml")})()
+    (tmp_path / "g.yaml").write_text("name: g\n")
+    parent = tracker.start_parent(grid, "name: g\n", {"trials": 4})
+    entries = [_entry(i) for i in range(3)] + [_entry(3, "failed")]
+    one = [tracker.log_trial(parent, "g", e) for e in entries]
+    batch = tracker.log_trials(parent, "g", entries)
+    assert len(set(one + batch)) == 8
+    for a, b in zip(one, batch):
+        va, vb = _view(tracker, a), _view(tracker, b)
+        assert va == vb
+    assert _view(tracker, batch[3])["status"] == "FAILED" and "traceback.txt" in _view(tracker, batch[3])["files"]
+    assert _view(tracker, batch[2])["metrics"]["hub_skewness"] == "nan"
+
+    logged: list[tuple[str, str]] = []
+    errors: list[Exception] = []
+    for e in [_entry(i) for i in range(10, 40)]:
+        tracker.log_trial_later(parent, "g", e, lambda rid, k=e["key"]: logged.append((k, rid)), errors.append)
+    tracker.flush()
+    assert not errors and len(logged) == 30 and len({rid for _, rid in logged}) == 30
+    runs = tracker.trial_runs("g")
+    assert all(runs[(k, "ok")] in {rid for _, rid in logged} | set(one) | set(batch) for k, _ in logged)
+    assert len(tracker.client.search_runs([tracker.experiment("g")], "tags.`mlvp.kind` = 'trial'",
+                                          max_results=1000)) == 38
