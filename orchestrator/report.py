@@ -347,7 +347,7 @@ def focus_cell(grid, df: pd.DataFrame) -> dict[str, Any] | None:
 def plot_k_occurrence(cell: dict[str, Any], out: Path) -> Path | None:
     """Fig. 2: histograms of N_k (how often each gallery item is in a query's top k) for clean queries, shifted
     queries and shifted queries after adaptation: hubs are the long right tail, antihubs the bar at 0."""
-    series = [(f"clean (Source)", cell["clean"]), (f"shifted (Source)", cell["shifted"]),
+    series = [("clean (Source)", cell["clean"]), ("shifted (Source)", cell["shifted"]),
               (f"adapted ({cell['method']})", cell["adapted"])]
     if not all(len(t.get("k_occurrence") or []) for _, t in series):
         return None
