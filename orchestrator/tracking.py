@@ -114,7 +114,7 @@ class Tracker:
         """A child run for one trial result (ledger entry). Failed trials become FAILED runs with the error."""
         spec = entry["spec"]
         exp = self.experiment(grid_name)
-        label = _label(spec)
+        label = run_name(spec)
         tags = {"mlflow.parentRunId": parent_id, "mlvp.kind": "trial", "mlvp.trial_key": entry["key"],
                 "mlvp.status": entry["status"], **{k: str(spec[k]) for k in TAG_AXES if spec.get(k) not in (None, "")}}
         level = _level(spec)
@@ -273,7 +273,8 @@ def _alive(pid: str | None) -> bool:
     return True
 
 
-def _label(spec: dict[str, Any]) -> str:
+def run_name(spec: dict[str, Any]) -> str:
+    """A trial's name wherever a person sees it: its MLflow run, its Ray worker in the dashboard."""
     s = TrialSpec.from_dict(spec)
     source = f"{s.source_dataset}->" if s.source_dataset not in ("", s.dataset) else ""
     return f"{source}{s.dataset}/{s.direction}/{s.backbone}/{s.method_label}/{s.cell}"
