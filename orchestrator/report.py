@@ -187,6 +187,16 @@ def qs_tables(grid, df: pd.DataFrame, metric: str = "R1") -> list[Table]:
 
         all_sevs = sorted({s for v in sevs.values() for s in v})
         label = metric_label(metric)
+        one_each = bool(types) and all(len(v) == 1 for v in sevs.values())
+        if types and one_each and len(all_sevs) > 1:
+            # each type at its level's one severity (t2v, Table 3): one table, the severities named per level
+            by_level: dict[str, set[int]] = {}
+            for p in types:
+                by_level.setdefault(levels[p], set()).update(sevs[p])
+            what = ", ".join(f"{lv} {'/'.join(map(str, sorted(v)))}" for lv, v in by_level.items())
+            out.append(build(f"{label}: {ds}, {direction}, severity {what}", f"qs_{metric}", None,
+                             {"dataset": ds, "direction": direction, "severity": "mean"}))
+            continue
         if types:
             what = "severity " + "/".join(map(str, all_sevs)) if len(all_sevs) > 1 else f"severity {all_sevs[0]}"
             out.append(build(f"{label}: {ds}, {direction}, mean over {what}", f"qs_{metric}",
@@ -297,15 +307,14 @@ def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
         ncol = min(4, n)
         nrow = math.ceil(n / ncol)
         fig, axes = plt.subplots(nrow, ncol, figsize=(3.0 * ncol, 2.4 * nrow), squeeze=False, sharey=True)
-        clean = part[part["perturbation"] == CLEAN]
+        curves: dict[tuple[str, str], list[tuple[int, float]]] = {}
+        for rec in part[["perturbation", "row", "severity", "R1"]].itertuples(index=False):
+            curves.setdefault((rec.perturbation, rec.row), []).append((int(rec.severity), float(rec.R1)))
         for ax, p in zip(axes.flat, types):
             for m in _row_order(grid):
-                rows = part[(part["perturbation"] == p) & (part["row"] == m)].sort_values("severity")
-                c = clean[clean["row"] == m]
-                xs = ([0] if len(c) else []) + rows["severity"].astype(int).tolist()
-                ys = (c["R1"].tolist()[:1] if len(c) else []) + rows["R1"].tolist()
-                if xs:
-                    ax.plot(xs, ys, marker="o", ms=3, label=m)
+                points = sorted(curves.get((CLEAN, m), [])[:1] + curves.get((p, m), []))
+                if points:
+                    ax.plot([x for x, _ in points], [y for _, y in points], marker="o", ms=3, label=m)
             ax.set_title(f"{p} ({levels[p]})", fontsize=9)
             ax.set_xlabel("severity", fontsize=8)
             ax.tick_params(labelsize=7)
@@ -315,7 +324,8 @@ def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
         axes[0][0].set_ylabel("R@1 (%)", fontsize=8)
         axes[0][0].legend(fontsize=7)
         fig.suptitle(f"R@1 against severity: {ds}, {direction}, {backbone}", fontsize=10)
-        fig.tight_layout()
+        fig.subplots_adjust(left=0.07 if ncol > 2 else 0.15, right=0.98, bottom=0.12 / nrow + 0.05, top=1 - 0.3 / nrow,
+                            wspace=0.12, hspace=0.55)
         files.append(_save(fig, out / f"r1_severity_{ds}_{direction}_{backbone}.png"))
     return files
 
@@ -349,7 +359,7 @@ def plot_k_occurrence(cell: dict[str, Any], out: Path) -> Path | None:
     queries and shifted queries after adaptation: hubs are the long right tail, antihubs the bar at 0."""
     series = [("clean (Source)", cell["clean"]), ("shifted (Source)", cell["shifted"]),
               (f"adapted ({cell['method']})", cell["adapted"])]
-    if not all(len(t.get("k_occurrence") or []) for _, t in series):
+    if not all(len(_list(t.get("k_occurrence"))) for _, t in series):
         return None
     plt = _plt()
     top = max(max(t["k_occurrence"]) for _, t in series)
@@ -374,7 +384,7 @@ def plot_similarity(cell: dict[str, Any], out: Path, n: int = 64) -> Path | None
     mats = []
     for label, t in (("before adaptation (Source)", cell["shifted"]), (f"after ({cell['method']})", cell["adapted"])):
         path = t.get("scores_path")
-        if not path or not Path(path).is_file():
+        if not isinstance(path, str) or not path or not Path(path).is_file():
             return None
         mats.append((label, np.load(path, mmap_mode="r")[:n, :n].astype(np.float32)))
     plt = _plt()
@@ -393,7 +403,7 @@ def plot_similarity(cell: dict[str, Any], out: Path, n: int = 64) -> Path | None
 
 def plot_stream(cell: dict[str, Any], out: Path) -> Path | None:
     """R@1 of each stream batch of the focus cell, Source vs the adapted method (the step metric in MLflow)."""
-    s, a = cell["shifted"].get("batch_R1") or [], cell["adapted"].get("batch_R1") or []
+    s, a = _list(cell["shifted"].get("batch_R1")), _list(cell["adapted"].get("batch_R1"))
     if not len(s) or not len(a):
         return None
     plt = _plt()
@@ -407,6 +417,11 @@ def plot_stream(cell: dict[str, Any], out: Path) -> Path | None:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return _save(fig, out / "stream_r1.png")
+
+
+def _list(v) -> list:
+    """A list column's value (pandas leaves NaN where a trial has none)."""
+    return list(v) if isinstance(v, (list, tuple, np.ndarray)) else []
 
 
 def plot_cost(table: Table | None, out: Path) -> Path | None:
