@@ -2,38 +2,16 @@
 ledger, missing and failed cells never shown as numbers, plots, and the MLflow parent / child runs it feeds."""
 import math
 import shutil
-from types import SimpleNamespace
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import write_micro_grid
 from orchestrator.__main__ import main
-from orchestrator.grid import load_grid
 from orchestrator.ledger import TrialLedger
-from orchestrator.plan import Paths, build_plan
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def tiny_results(tmp_path_factory, shared_cache):
-    """One submission of a 10-trial grid (clean + 2 types x 2 severities, Source and Tent, one backbone), shared by
-    the report and browser tests."""
-    from orchestrator.submit import SubmitOptions, submit
-
-    root = tmp_path_factory.mktemp("report")
-    grid = write_micro_grid(root / "tiny.yaml", name="tiny", backbones="[clip4clip]", methods="[source, tent]",
-                            perturbations="[gaussian_noise, fog]", severities="[1, 5]")
-    report = submit(str(grid), SubmitOptions(results_dir=str(root / "results"), cache_dir=str(shared_cache),
-                                             num_cpus=2, dashboard=False))
-    assert report.ok == 10 and report.failed == 0
-    plan = build_plan(load_grid(grid), Paths.make(root / "results", shared_cache))
-    return SimpleNamespace(root=root, grid=grid, results=root / "results", cache=shared_cache, report=report,
-                           plan=plan, entries={e["key"]: e for e in TrialLedger(root / "results" / "ledger").entries(
-                               t.key for t in plan.trials)})
 
 
 def _png(path):

@@ -2,7 +2,8 @@
 UI of a real `mlflow server` over a submitted grid's store — the experiment's runs table and the compare view of two
 child runs. The MLflow UI is a JavaScript app: the compare view is read with `--dump-dom --virtual-time-budget`; the
 runs table nests child runs under their parent, collapsed, so it is opened through the DevTools protocol with the
-parent expanded and the metric columns shown (the UI's own saved view state), then read and photographed.
+parent expanded and the metric columns shown (the UI's own saved view state), then read and photographed (the
+compare view's picture is taken in that session too, with the UI's assistant panel closed).
 
 Screenshots go to the test's folder; with MLVP_SCREENSHOTS=DIR also to DIR (the README's are made with
 MLVP_SCREENSHOTS=benchmarks)."""
@@ -22,7 +23,6 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from test_mlflow_server import free_port
-from test_report import tiny_results  # noqa: F401  (the session's submitted tiny grid)
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,7 @@ def keep_screenshot(path: Path, name: str, max_width: int = 1100) -> None:
 
 
 @needs_chromium
-def test_report_page_renders(tiny_results, tmp_path):  # noqa: F811
+def test_report_page_renders(tiny_results, tmp_path):
     index = tiny_results.results / "tiny" / "report" / "index.html"
     text = visible_text(chromium("--virtual-time-budget=5000", "--dump-dom", index.as_uri()))
     assert "tiny: results" in text and "10 cells: 10 done, 0 failed, 0 never run" in text
@@ -74,7 +74,7 @@ def test_report_page_renders(tiny_results, tmp_path):  # noqa: F811
 
 
 @pytest.fixture
-def mlflow_ui(tiny_results):  # noqa: F811
+def mlflow_ui(tiny_results):
     """A real `mlflow server` on 127.0.0.1 over the tiny grid's sqlite store."""
     port = free_port()
     log = tiny_results.root / f"mlflow-ui-{port}.log"
@@ -136,7 +136,8 @@ class DevTools:
         raise AssertionError(f"page never showed {needles}; it shows: {text[:1500]}")
 
 
-async def _runs_table(url: str, experiment_id: str, parent_id: str, names: list[str], shot: Path, profile: Path):
+async def _runs_table(url: str, experiment_id: str, parent_id: str, names: list[str], shot: Path, profile: Path,
+                     compare: str, compare_shot: Path):
     import base64
 
     import aiohttp
@@ -192,6 +193,14 @@ async def _runs_table(url: str, experiment_id: str, parent_id: str, names: list[
                 return Object.values(rows); })()""")
             data = await tab.call("Page.captureScreenshot", format="png")
             shot.write_bytes(base64.b64decode(data["data"]))
+            # the compare view's picture, in the same session (its side panel stays closed)
+            await tab.call("Emulation.setDeviceMetricsOverride", width=1400, height=1500, deviceScaleFactor=1,
+                           mobile=False)
+            await tab.call("Page.navigate", url=compare)
+            await tab.wait_text("Comparing 2 Runs", "hub_robin_hood")
+            await asyncio.sleep(1.5)
+            data = await tab.call("Page.captureScreenshot", format="png")
+            compare_shot.write_bytes(base64.b64decode(data["data"]))
             return rows
     finally:
         proc.terminate()
@@ -199,7 +208,7 @@ async def _runs_table(url: str, experiment_id: str, parent_id: str, names: list[
 
 
 @needs_chromium
-def test_mlflow_ui_runs_table_and_compare_view(tiny_results, mlflow_ui, tmp_path):  # noqa: F811
+def test_mlflow_ui_runs_table_and_compare_view(tiny_results, mlflow_ui, tmp_path):
     client = MlflowClient(tracking_uri=mlflow_ui)
     exp = client.get_experiment_by_name("mlvp/tiny")
     parent = tiny_results.report.parent_run_id
@@ -209,8 +218,11 @@ def test_mlflow_ui_runs_table_and_compare_view(tiny_results, mlflow_ui, tmp_path
 
     # (1) the runs table: the submission with its ten trials under it, their R@1 in a column
     names = sorted(children)
+    query = urllib.parse.urlencode({"runs": json.dumps([a.info.run_id, b.info.run_id]),
+                                    "experiments": json.dumps([exp.experiment_id])})
+    compare = f"{mlflow_ui}/#/compare-runs?{query}"
     rows = asyncio.run(_runs_table(mlflow_ui, exp.experiment_id, parent, names, tmp_path / "runs.png",
-                                   tmp_path / "profile"))
+                                   tmp_path / "profile", compare, tmp_path / "compare.png"))
     shown = {r.get("attributes.`Run Name`", "").splitlines()[-1]: r for r in rows}   # after the colour swatch
     assert "tiny submission" in shown and set(names) <= set(shown), list(shown)
     for name, run in children.items():   # each trial's row shows its own R@1 and level tag
@@ -219,15 +231,10 @@ def test_mlflow_ui_runs_table_and_compare_view(tiny_results, mlflow_ui, tmp_path
     keep_screenshot(tmp_path / "runs.png", "mlflow_runs.png")
 
     # (2) the compare view of two child runs: both names, their parameters and metrics side by side
-    query = urllib.parse.urlencode({"runs": json.dumps([a.info.run_id, b.info.run_id]),
-                                    "experiments": json.dumps([exp.experiment_id])})
-    compare = f"{mlflow_ui}/#/compare-runs?{query}"
     text = visible_text(chromium("--virtual-time-budget=30000", "--window-size=1400,1000", "--dump-dom", compare))
     assert "Comparing 2 Runs" in text, text[:1500]
     assert a.info.run_name in text and b.info.run_name in text
     assert "batch_R1" in text and "hub_robin_hood" in text and "level low low" in text
     for run in (a, b):
         assert f"{run.data.metrics['R1']:g}" in text
-    shot = tmp_path / "compare.png"
-    chromium("--virtual-time-budget=30000", "--window-size=1400,1600", f"--screenshot={shot}", compare)
-    keep_screenshot(shot, "mlflow_compare.png")
+    keep_screenshot(tmp_path / "compare.png", "mlflow_compare.png")
