@@ -25,7 +25,12 @@ examples:
     "sync": """examples:
   python -m orchestrator sync grids/quickstart.yaml                  # the local sqlite store
   python -m orchestrator sync grids/full_mlvp.yaml --tracking-uri http://127.0.0.1:5000""",
-    "report": "example:\n  python -m orchestrator report grids/quickstart.yaml --metric hub_skewness",
+    "report": """writes results/<grid>/report/index.html (tables and plots, self-contained), report.md,
+report_tables.parquet and plots/*.png, and logs them to the grid's newest MLflow parent run.
+examples:
+  python -m orchestrator report grids/quickstart.yaml
+  python -m orchestrator report quickstart                      # a grid by name, once it has results
+  python -m orchestrator report grids/quickstart.yaml --metric hub_skewness""",
     "render": """examples:
   python -m orchestrator render grids/quickstart.yaml                 # fill the render cache only
   python -m orchestrator render --contact-sheet docs/contact_sheet.png  # one frame per type x severity""",
@@ -105,9 +110,13 @@ def _parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--all", action="store_true", help="list every failure, not just the first 20")
 
-    p = add("report", "rebuild a grid's Parquet tables from the ledger and print its query-shift tables")
-    p.add_argument("grid")
+    p = add("report", "rebuild a grid's tables from the ledger, write its HTML report with plots "
+               "(results/<grid>/report/index.html) and print its tables")
+    p.add_argument("grid", help="grid YAML file, or the name of a grid whose results exist")
     _common(p)
+    p.add_argument("--tracking-uri", default=None, help="MLflow store whose newest parent run of the grid gets the "
+                   "report (default: sqlite:///RESULTS_DIR/mlflow.db)")
+    p.add_argument("--no-mlflow", action="store_true", help="write the files only")
     p.add_argument("--metric", default="R1", help="metric of the printed tables: R1, R5, R10, MdR, MnR, "
                    "hub_skewness, ... (default R1)")
 

@@ -138,18 +138,24 @@ def cmd_sync(args) -> int:
 
 
 def cmd_report(args) -> int:
+    """Tables from the ledger (results/<grid>/*.parquet), the report (results/<grid>/report/: index.html with its
+    plots, report.md, report_tables.parquet; orchestrator/report.py), the chosen metric's tables printed, and the
+    report logged to the grid's newest MLflow parent run when the store has one."""
+    from orchestrator.report import resolve_grid, write_report
     from orchestrator.results import scenario_tables, to_markdown, write_tables
 
-    grid = load_grid(args.grid)
+    grid = load_grid(resolve_grid(args.grid, args.results_dir))
     plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
     entries = TrialLedger(plan.paths.ledger).entries(t.key for t in plan.trials)
-    files = write_tables(entries, plan.paths.grid_dir(grid.name), grid)
+    grid_dir = plan.paths.grid_dir(grid.name)
+    files = write_tables(entries, grid_dir, grid)
     import pyarrow.parquet as pq
 
     df = pq.read_table(files[0]).to_pandas()
     if args.metric not in df.columns:
         metrics = [c for c in df.columns if c[0].isupper() or c.startswith("hub_")]
         raise ValueError(f"unknown metric {args.metric!r}; metrics: {', '.join(metrics)}")
+    report_files = write_report(grid, plan.trials, entries, grid_dir)
     console = make_console()
     console.print(f"{len(entries)}/{len(plan.trials)} cells in the ledger")
     for tables in scenario_tables(grid, df, args.metric).values():
@@ -157,7 +163,30 @@ def cmd_report(args) -> int:
             console.print(f"\n{t.title}\n{to_markdown(t.frame, t.digits)}")
     for f in files:
         console.print(f"wrote {f}")
+    console.print(f"wrote {grid_dir / 'report' / 'index.html'} ({len(report_files)} report files)")
+    if not args.no_mlflow:
+        _log_report(args, grid, plan, files + report_files, console)
     return 0
+
+
+def _log_report(args, grid, plan, files, console) -> None:
+    """The tables and the report as artifacts of the grid's newest parent run (tables/, report/)."""
+    from orchestrator.tracking import Tracker, check_store, default_tracking_uri
+
+    uri = args.tracking_uri or default_tracking_uri(plan.paths.results)
+    try:
+        if uri.startswith("sqlite:///") and not __import__("os").path.exists(uri[len("sqlite:///"):]):
+            return   # no local store yet: nothing was submitted here
+        check_store(uri)
+        tracker = Tracker(uri, plan.paths.results)
+        parent = tracker.latest_parent(grid.name)
+        if parent is None:
+            return
+        tracker.log_outputs(parent, files)
+        console.print(f"logged the report to MLflow run {parent} ({uri}, artifacts report/ and tables/)")
+    except Exception as err:  # the files are written; the store is a view
+        console.print(f"[yellow]report not logged to MLflow {uri}: {type(err).__name__}: "
+                      f"{str(err).splitlines()[0] if str(err) else ''}[/]")
 
 
 def cmd_render(args) -> int:

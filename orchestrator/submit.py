@@ -337,6 +337,13 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
         tracker.flush()   # trial runs still queued on its thread (LiveRecorder): their run ids reach the ledger first
     entries = ledger.entries(t.key for t in plan.trials)
     report.tables = write_tables(entries, paths.grid_dir(grid.name), grid)
+    try:  # the HTML report and its plots (orchestrator/report.py); the parent run gets them with the tables
+        from orchestrator.report import write_report
+
+        report.tables += write_report(grid, plan.trials, entries, paths.grid_dir(grid.name))
+    except Exception as err:  # a plot must not fail a submission: `report GRID` rebuilds it
+        console.print(f"[yellow]report not written ({type(err).__name__}: {err}); python -m orchestrator report "
+                      f"{grid.source}[/]")
     n_ok = sum(e["status"] == "ok" for e in entries)
     try:
         if summary is None:  # nothing ran: sync only, with a parent run only when something is logged

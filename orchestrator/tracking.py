@@ -158,7 +158,7 @@ class Tracker:
         """A child run for one trial result (ledger entry). Failed trials become FAILED runs with the error."""
         spec = entry["spec"]
         exp = self.experiment(grid_name)
-        label = _label(spec)
+        label = run_name(spec)
         tags = {"mlflow.parentRunId": parent_id, "mlvp.kind": "trial", "mlvp.trial_key": entry["key"],
                 "mlvp.status": entry["status"], **{k: str(spec[k]) for k in TAG_AXES if spec.get(k) not in (None, "")}}
         level = _level(spec)
@@ -179,6 +179,8 @@ class Tracker:
         if entry.get("faithful_renders") is not None:
             metrics["faithful_renders"] = entry["faithful_renders"]
         self._log_batch(rid, params=params, metrics=metrics)
+        # R@1 of each stream batch as a step metric: the UI's chart of `batch_R1` shows adaptation over the stream
+        self._log_steps(rid, "batch_R1", entry.get("batch_R1") or [])
         artifacts = {"k_occurrence.json": {"k": spec.get("hub_k"), "counts": entry.get("k_occurrence", [])}}
         if entry.get("dropped"):
             artifacts["dropped_queries.json"] = entry["dropped"]
@@ -252,10 +254,31 @@ class Tracker:
 
     def finish_parent(self, parent_id: str, metrics: dict[str, float], files: list[Path], status: str) -> None:
         self._log_batch(parent_id, metrics=metrics)
-        for f in files:
-            if Path(f).is_file():
-                self.client.log_artifact(parent_id, str(f), artifact_path="tables")
+        self.log_outputs(parent_id, files)
         self.client.set_terminated(parent_id, status=status)
+
+    def log_outputs(self, run_id: str, files: list[Path]) -> None:
+        """The grid's tables under `tables/`, its report (orchestrator/report.py: index.html, Markdown, Parquet,
+        plots/*.png) under `report/` keeping its folders, so the run's artifact page opens the report's files."""
+        for f in map(Path, files):
+            if not f.is_file():
+                continue
+            if f.parent.name == "report":
+                where = "report"
+            elif f.parent.parent.name == "report":
+                where = f"report/{f.parent.name}"
+            else:
+                where = "tables"
+            self.client.log_artifact(run_id, str(f), artifact_path=where)
+
+    def latest_parent(self, grid_name: str) -> str | None:
+        """The newest submission run of the grid in this store (None when it has none)."""
+        exp = self.client.get_experiment_by_name(f"mlvp/{grid_name}")
+        if exp is None:
+            return None
+        runs = self.client.search_runs([exp.experiment_id], "tags.`mlvp.kind` = 'submission'", max_results=1,
+                                       order_by=["attributes.start_time DESC"])
+        return runs[0].info.run_id if runs else None
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def _log_batch(self, run_id: str, params: dict | None = None, metrics: dict | None = None) -> None:
@@ -270,6 +293,14 @@ class Tracker:
             return
         for i in range(0, max(len(ps), 1), 100):
             self.client.log_batch(run_id, params=ps[i:i + 100])
+        for i in range(0, len(ms), 1000):
+            self.client.log_batch(run_id, metrics=ms[i:i + 1000])
+
+    def _log_steps(self, run_id: str, key: str, values: list[float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        ms = [Metric(key, float(v), now, step) for step, v in enumerate(values) if v is not None]
         for i in range(0, len(ms), 1000):
             self.client.log_batch(run_id, metrics=ms[i:i + 1000])
 
@@ -508,15 +539,19 @@ def _alive(pid: str | None) -> bool:
     return True
 
 
-def _label(spec: dict[str, Any]) -> str:
+def run_name(spec: dict[str, Any]) -> str:
+    """A trial's name wherever a person sees it: its MLflow run, its Ray worker in the dashboard."""
     s = TrialSpec.from_dict(spec)
     source = f"{s.source_dataset}->" if s.source_dataset not in ("", s.dataset) else ""
     return f"{source}{s.dataset}/{s.direction}/{s.backbone}/{s.method_label}/{s.cell}"
 
 
 def _level(spec: dict[str, Any]) -> str:
-    """The paper's perturbation level of a video-query cell (low / mid / high), "" otherwise."""
+    """The paper's level of the cell's perturbation, registry metadata: low / mid / high for the video types,
+    character / word / sentence for the text types; "" for clean and mixed cells."""
+    from workloads.perturbations.text import TEXT_PERTURBATIONS
     from workloads.perturbations.video import VIDEO_PERTURBATIONS
 
     name = spec.get("perturbation")
-    return VIDEO_PERTURBATIONS.info(name)["level"] if name in VIDEO_PERTURBATIONS else ""
+    registry = VIDEO_PERTURBATIONS if spec.get("direction", "v2t") == "v2t" else TEXT_PERTURBATIONS
+    return registry.info(name)["level"] if name in registry else ""

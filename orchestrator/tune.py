@@ -49,9 +49,24 @@ def trial_trainable(config: dict[str, Any], env: dict[str, Any]) -> None:
     from workloads.trial import run
 
     spec = TrialSpec.from_dict(config["spec"])
+    _name_worker(spec)
     result = run(spec, TrialEnvironment(**env).context_for(spec))
     metrics = {k: v for k, v in result.metrics.items() if k in ("R1", "R5", "R10", "MdR", "MnR")}
     tune.report({"trial_ok": result.status == "ok", **metrics, "result_json": json.dumps(result.to_dict())})
+
+
+def _name_worker(spec: TrialSpec) -> None:
+    """Title this worker process by the trial's cell, its MLflow run name (`ray::trial synthetic/v2t/clip4clip/
+    tent/fog-5`): the Ray dashboard lists each worker by this command line (Cluster tab; REST /nodes/<node id>),
+    so a running submission's trials show there by name. Ray retitles the worker at its next task."""
+    try:
+        import ray._raylet
+
+        from orchestrator.tracking import run_name
+
+        ray._raylet.setproctitle(f"ray::trial {run_name(spec.to_dict())}")
+    except Exception:  # a title is cosmetic: never fail a trial over it
+        pass
 
 
 def _short_name(trial) -> str:

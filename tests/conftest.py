@@ -115,3 +115,26 @@ def mlvp_env(tmp_path, monkeypatch):
     monkeypatch.setenv("MLVP_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("MLVP_WEIGHTS", str(weights))
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def tiny_results(tmp_path_factory, shared_cache):
+    """One submission of a 10-trial grid (clean + 2 types x 2 severities, Source and Tent, one backbone), shared by
+    the report and browser tests (tests/test_report*.py)."""
+    from types import SimpleNamespace
+
+    from orchestrator.grid import load_grid
+    from orchestrator.ledger import TrialLedger
+    from orchestrator.plan import Paths, build_plan
+    from orchestrator.submit import SubmitOptions, submit
+
+    root = tmp_path_factory.mktemp("report")
+    grid = write_micro_grid(root / "tiny.yaml", name="tiny", backbones="[clip4clip]", methods="[source, tent]",
+                            perturbations="[gaussian_noise, fog]", severities="[1, 5]")
+    report = submit(str(grid), SubmitOptions(results_dir=str(root / "results"), cache_dir=str(shared_cache),
+                                             num_cpus=2, dashboard=False))
+    assert report.ok == 10 and report.failed == 0
+    plan = build_plan(load_grid(grid), Paths.make(root / "results", shared_cache))
+    return SimpleNamespace(root=root, grid=grid, results=root / "results", cache=shared_cache, report=report,
+                           plan=plan, entries={e["key"]: e for e in TrialLedger(root / "results" / "ledger").entries(
+                               t.key for t in plan.trials)})

@@ -28,7 +28,7 @@ from workloads.backbones.model import VideoTextModel
 from workloads.datasets import create_dataset
 from workloads.datasets.base import Split
 from workloads.methods import Gallery, NonFiniteError, QueryBatch, create_method, run_stream
-from workloads.metrics import k_occurrence, summarise, tie_rule
+from workloads.metrics import k_occurrence, recall_hits, summarise, tie_rule
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
 from workloads.seeding import digest
 from workloads.spec import CLEAN, TrialSpec
@@ -57,6 +57,7 @@ class TrialResult:
     status: str                             # "ok" | "failed"
     metrics: dict[str, float] = field(default_factory=dict)
     k_occurrence: list[int] = field(default_factory=list)
+    batch_R1: list[float] = field(default_factory=list)   # R@1 (%) of each stream batch, in stream order
     n_queries: int = 0
     n_gallery: int = 0
     dropped: list[dict[str, str]] = field(default_factory=list)
@@ -212,6 +213,14 @@ def encode_gallery(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, t
     return Gallery(spec.direction, feats)
 
 
+def batch_recall(scores, gt, batch_size: int, ties: str, gallery_groups=None) -> list[float]:
+    """R@1 (%) of each stream batch: row i of the final score matrix is query i scored when its batch was adapted
+    on (workloads/methods run_stream), so consecutive `batch_size` rows are one step of the stream. Same tie rule and
+    positives as the trial's R@1, so the batches average to it."""
+    hit = recall_hits(scores, gt, 1, ties=ties, gallery_groups=gallery_groups)
+    return [round(100.0 * float(hit[s:s + batch_size].mean()), 4) for s in range(0, len(hit), batch_size)]
+
+
 def _environment(ctx: TrialContext) -> dict[str, str]:
     env = {"host": platform.node(), "python": platform.python_version(), "torch": torch.__version__,
            "device": ctx.device, "code_version": CODE_VERSION, "threads": str(torch.get_num_threads())}
@@ -282,6 +291,7 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
         result.metrics = summarise(scores, gt, k=spec.hub_k, ties=tie_rule(spec.faithful),
                                    gallery_groups=gallery_groups)
         result.k_occurrence = k_occurrence(scores, spec.hub_k).tolist()
+        result.batch_R1 = batch_recall(scores, gt, spec.batch_size, tie_rule(spec.faithful), gallery_groups)
         result.n_queries, result.n_gallery = int(scores.shape[0]), int(scores.shape[1])
         if ctx.scores_dir:
             path = Path(ctx.scores_dir) / f"{spec.key}.npy"

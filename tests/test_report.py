@@ -1,0 +1,123 @@
+"""The report (orchestrator/report.py) of a tiny grid run through the real stack: tables in the paper's layout from the
+ledger, missing and failed cells never shown as numbers, plots, and the MLflow parent / child runs it feeds."""
+import math
+import shutil
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from mlflow.tracking import MlflowClient
+
+from orchestrator.__main__ import main
+from orchestrator.ledger import TrialLedger
+
+pytestmark = pytest.mark.slow
+
+
+def _png(path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
+    return data
+
+
+def test_report_by_name_tables_plots_and_mlflow(tiny_results):
+    r = tiny_results
+    common = ["--results-dir", str(r.results), "--cache-dir", str(r.cache)]
+    # by the grid's name: its results exist, so the grid is found beside them
+    assert main(["report", "tiny", *common]) == 0
+    out = r.results / "tiny" / "report"
+    page = (out / "index.html").read_text()
+    # self-contained: every image inline, nothing fetched from a network
+    assert page.count('src="data:image/png;base64,') >= 5 and "http://" not in page and "https://" not in page
+    for name in ("r1_severity_synthetic_v2t_clip4clip", "k_occurrence", "similarity", "stream_r1", "tta_cost"):
+        _png(out / "plots" / f"{name}.png")
+
+    cells = pq.read_table(out / "report_tables.parquet").to_pandas()
+    assert set(cells["state"]) == {"ok"}
+    # the paper's layout: level groups (registry metadata), Source first, Avg and Clean columns
+    main_r1 = cells[(cells.table == "qs_R1") & (cells.severity == "mean")]
+    assert list(dict.fromkeys(main_r1.column)) == ["gaussian_noise", "fog", "Avg", "Clean"]
+    assert set(main_r1[main_r1.column.isin(["gaussian_noise", "fog"])].group) == {"low"}
+    assert list(dict.fromkeys(main_r1.method)) == ["source", "tent"]
+    # each number is the ledger's: a per-severity cell is that trial's R@1, the main cell the mean over severities
+    by_cell = {(e["spec"]["method"], e["spec"]["perturbation"], e["spec"]["severity"]): e["metrics"]
+               for e in r.entries.values()}
+    sev5 = cells[(cells.table == "qs_R1_severity") & (cells.severity == "5")].set_index(["method", "column"])
+    assert sev5.loc[("tent", "fog"), "value"] == pytest.approx(by_cell[("tent", "fog", 5)]["R1"])
+    mean = main_r1.set_index(["method", "column"])
+    assert mean.loc[("source", "gaussian_noise"), "value"] == pytest.approx(
+        (by_cell[("source", "gaussian_noise", 1)]["R1"] + by_cell[("source", "gaussian_noise", 5)]["R1"]) / 2)
+    assert mean.loc[("source", "Clean"), "value"] == pytest.approx(by_cell[("source", "clean", 0)]["R1"])
+    hub = cells[cells.table == "hubness"].set_index(["method", "group", "column"])
+    assert hub.loc[("tent", "Robin Hood", "Clean"), "value"] == pytest.approx(
+        by_cell[("tent", "clean", 0)]["hub_robin_hood"])
+    # best per column in bold, in the page and the Markdown
+    best = max(mean.loc[("source", "Avg"), "value"], mean.loc[("tent", "Avg"), "value"])
+    assert f"<b>{best:.1f}</b>" in page and f"**{best:.1f}**" in (out / "report.md").read_text()
+
+    # per-batch R@1 recorded by the trial: its batches (16 queries) average back to the trial's R@1
+    for e in r.entries.values():
+        b = np.asarray(e["batch_R1"])
+        sizes = np.diff(np.r_[0:e["n_queries"]:16, e["n_queries"]])
+        assert len(b) == math.ceil(e["n_queries"] / 16)
+        assert (b * sizes).sum() / sizes.sum() == pytest.approx(e["metrics"]["R1"], abs=1e-3)
+
+    # MLflow: the parent run holds the report; children carry the filter tags and the per-batch step metric
+    client = MlflowClient(tracking_uri=r.report.tracking_uri)
+    parent = r.report.parent_run_id
+    report_files = {a.path for a in client.list_artifacts(parent, "report")}
+    assert {"report/index.html", "report/report.md", "report/report_tables.parquet"} <= report_files
+    assert "report/plots/k_occurrence.png" in {a.path for a in client.list_artifacts(parent, "report/plots")}
+    exp = client.get_experiment_by_name("mlvp/tiny")
+    children = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{parent}'")
+    assert len(children) == 10
+    fog5 = next(c for c in children if c.data.tags.get("perturbation") == "fog" and c.data.tags["severity"] == "5"
+                and c.data.tags["method"] == "tent")
+    tags = fog5.data.tags
+    assert {k: tags[k] for k in ("scenario", "dataset", "direction", "level", "backbone", "faithful")} == {
+        "scenario": "query_shift", "dataset": "synthetic", "direction": "v2t", "level": "low",
+        "backbone": "clip4clip", "faithful": "True"}
+    history = client.get_metric_history(fog5.info.run_id, "batch_R1")
+    entry = r.entries[tags["mlvp.trial_key"]]
+    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [
+        (i, pytest.approx(v)) for i, v in enumerate(entry["batch_R1"])]
+    # only runs with a filter match: the UI's filters work on these tags
+    assert len(client.search_runs([exp.experiment_id], "tags.level = 'low' and tags.method = 'tent'")) == 4
+
+
+def test_missing_and_failed_cells_are_never_numbers(tiny_results, tmp_path):
+    r = tiny_results
+    results = tmp_path / "results"
+    shutil.copytree(r.results / "ledger", results / "ledger")
+    ledger = TrialLedger(results / "ledger")
+    by = {(e["spec"]["method"], e["spec"]["perturbation"], e["spec"]["severity"]): e for e in r.entries.values()}
+    failed, missing = by[("tent", "fog", 5)], by[("source", "gaussian_noise", 1)]
+    ledger.put({**failed, "status": "failed", "metrics": {}, "error": "NonFiniteError: NaN scores at batch 2",
+                "traceback": "Traceback (most recent call last):\n  boom", "failed_batch": 2})
+    ledger.path(missing["key"]).unlink()
+    assert main(["report", str(r.grid), "--results-dir", str(results), "--cache-dir", str(r.cache),
+                 "--no-mlflow"]) == 0
+    out = results / "tiny" / "report"
+    page = (out / "index.html").read_text()
+    assert "10 cells: 8 done, 1 failed, 1 never run" in page
+    # the failed cell links to its error, which the page holds under that anchor
+    assert f'<a href="#err-{failed["key"]}">failed</a>' in page and f'id="err-{failed["key"]}"' in page
+    assert "NonFiniteError: NaN scores at batch 2" in page
+    cells = pq.read_table(out / "report_tables.parquet").to_pandas()
+    sev = cells[cells.table == "qs_R1_severity"].set_index(["severity", "method", "column"])
+    assert sev.loc[("5", "tent", "fog"), "state"] == "failed" and pd_isna(sev.loc[("5", "tent", "fog"), "value"])
+    assert sev.loc[("5", "tent", "fog"), "error_key"] == failed["key"]
+    assert sev.loc[("1", "source", "gaussian_noise"), "state"] == "missing"
+    assert pd_isna(sev.loc[("1", "source", "gaussian_noise"), "value"])
+    # a mean over severities with one never run is marked partial (over the one that ran), not averaged with zero
+    mean = cells[(cells.table == "qs_R1") & (cells.severity == "mean")].set_index(["method", "column"])
+    assert mean.loc[("source", "gaussian_noise"), "state"] == "partial"
+    assert mean.loc[("source", "gaussian_noise"), "value"] == pytest.approx(
+        by[("source", "gaussian_noise", 5)]["metrics"]["R1"])
+    assert mean.loc[("tent", "fog"), "state"] == "failed"
+    md = (out / "report.md").read_text()
+    assert "| failed |" in md and "missing" in md
+
+
+def pd_isna(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
