@@ -161,6 +161,9 @@ def test_all_captions_trial_end_to_end(msvd_root, tmp_path, monkeypatch):
     assert result.metrics["R1"] == pytest.approx(100 * np.mean(r <= 1))
     assert result.metrics["R5"] == pytest.approx(100 * np.mean(r <= 5))
     assert result.metrics["MnR"] == pytest.approx(r.mean())
+    # per-batch R@1 uses the same positives (best-ranked caption): the batches average back to the trial's R@1
+    sizes = np.diff(np.r_[0:5:result.spec["batch_size"], 5])
+    assert np.dot(result.batch_R1, sizes) / 5 == pytest.approx(result.metrics["R1"])
     # the same video queries as the first-caption protocol (Source: no adaptation): its 5 columns are the first
     # caption of each video
     r1, s1, gt1, groups1, _ = runs_first["v2t"]
