@@ -141,7 +141,9 @@ def prepare_models(plan: Plan, console: Console) -> dict[str, dict[str, Any]]:
         seen.add(path)
         pending.append((m.backbone, m.train_dataset, m, path))
     gpus = 1 if plan.grid.runtime.gpus_per_trial > 0 else 0
-    cpus = max(1, int(ray.available_resources().get("CPU", 1))) if not gpus else 1
+    from orchestrator import ray_env
+
+    cpus = ray_env.largest_node_cpus() if not gpus else 1   # fits on one node
     task = ray.remote(num_cpus=cpus, num_gpus=gpus)(_finetune_task)
     for backbone, ds, m, path in pending:  # in plan order: clip4clip before the X-Pool that starts from it
         dsp = plan.datasets[ds]
