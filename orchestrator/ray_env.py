@@ -77,7 +77,8 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard
             if "AuthenticationError" not in repr(err.__cause__) and "InvalidAuthToken" not in str(err.__cause__):
                 raise
             raise ClusterError(f"the Ray cluster at {address} refused this driver's token: copy the head's token "
-                               "(`ray get-auth-token` there) to ~/.ray/auth_token here, or set RAY_AUTH_TOKEN") from None
+                               "(`ray get-auth-token` there) to ~/.ray/auth_token here, or set RAY_AUTH_TOKEN"
+                               ) from None
     url = ctx.dashboard_url
     return {"dashboard_url": f"http://{url}" if url and not url.startswith("http") else url,
             "address": ctx.address_info.get("address") or ctx.address_info.get("gcs_address")}

@@ -434,3 +434,12 @@ def test_disk_full_mid_run_one_line_per_write_ledger_and_tables_safe(tmp_path, p
     ledger = TrialLedger(results / "ledger")
     assert all(e["status"] == "ok" for e in ledger.entries(t.key for t in plan.trials))
     assert len(pq.read_table(results / "diskfull" / "trials.parquet")) == len(plan.trials)
+
+
+def test_hub_k_above_the_gallery_size_stops_submit_in_one_line(tmp_path, shared_cache):
+    g = grid(tmp_path, "hubk", methods="[source]")
+    g.write_text(g.read_text().replace("  cpus_per_trial: 1\n", "  cpus_per_trial: 1\n  hub_k: 100000\n"))
+    out = run_cli("submit", str(g), *common(tmp_path / "results", shared_cache), "--dry-run")
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr[-2000:]
+    assert "runtime.hub_k is 100000 but the test split of synthetic has 40 items" in out.stderr
+    assert not (tmp_path / "results" / "ledger").exists()

@@ -1,0 +1,170 @@
+"""A real two-node Ray cluster on this machine (issue #14 items 5 and 6b; README "Running on a cluster").
+
+`ray start --head` and a second `ray start --address` (each with its own CPUs and a custom resource, each in its own
+session and temp dir so no other Ray on the machine sees them), token authentication on as a real cluster has it, and
+`python -m orchestrator submit --address 127.0.0.1:PORT`: trials run on both nodes (each ledger entry records the
+Ray node and worker pid it ran on), reading one render cache and writing one results directory. Then the second node
+is killed mid-run: its trial is retried on the head and the grid completes. Both nodes are stopped by their pids.
+"""
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from test_faults import (cli_env, common, grid, ledger_files, plan_of, reap, run_cli, start_cli, wait_for)
+from orchestrator.ledger import TrialLedger
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    def __init__(self):
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.head_dir = Path(tempfile.mkdtemp(prefix="mlvp-h", dir="/tmp"))   # short: Ray's socket paths
+        self.worker_dir = Path(tempfile.mkdtemp(prefix="mlvp-w", dir="/tmp"))
+        self.token = self.head_dir / "token"
+        self.token.write_text(secrets.token_hex(32))
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def node_env(self) -> dict:
+        env = cli_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(self.token),
+                      # a dead node is noticed in ~3 s instead of ~30 s
+                      RAY_health_check_period_ms="1000", RAY_health_check_failure_threshold="3",
+                      PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+        env.pop("RAY_ADDRESS", None)
+        return env
+
+    def driver_env(self) -> dict:
+        # the driver gets the token file only: joining with an explicit --address must turn token auth on by
+        # itself (orchestrator/ray_env.py use_cluster_token)
+        env = cli_env(RAY_AUTH_TOKEN_PATH=str(self.token))
+        env.pop("RAY_AUTH_MODE", None)
+        return env
+
+    def start(self, name: str, args: list[str], temp_dir: Path) -> None:
+        log = open(temp_dir / f"{name}.log", "w")
+        self.procs[name] = subprocess.Popen(
+            [RAY, "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--temp-dir",
+             str(temp_dir), "--disable-usage-stats", *args], stdout=log, stderr=subprocess.STDOUT,
+            env=self.node_env(), start_new_session=True, cwd=temp_dir)
+
+    def nodes(self) -> list[dict]:
+        """The cluster's nodes as Ray sees them (from a short-lived driver)."""
+        code = ("import json, ray; ray.init(address=%r, logging_level='ERROR'); "
+                "print(json.dumps([{'id': n['NodeID'], 'alive': n['Alive'], 'resources': n['Resources']} "
+                "for n in ray.nodes()]))" % self.address)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                             env={**self.node_env(), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def node_id(self, resource: str) -> str:
+        return next(n["id"] for n in self.nodes() if n["alive"] and resource in n["resources"])
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a node: its `ray start` and every process under it (raylet, GCS, workers), by pid."""
+        proc = self.procs[name]
+        try:
+            tree = [proc, *psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            tree = [proc]
+        for p in tree:
+            try:
+                p.send_signal(signal.SIGKILL) if isinstance(p, psutil.Process) else p.kill()
+            except (psutil.NoSuchProcess, ProcessLookupError):
+                pass
+        proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        for name in list(self.procs):
+            self.kill(name)
+        # anything of ours that outlived its parent (found by our temp dirs in its command line)
+        for p in psutil.process_iter(["cmdline"]):
+            cmd = " ".join(p.info["cmdline"] or [])
+            if str(self.head_dir) in cmd or str(self.worker_dir) in cmd:
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster()
+    try:
+        c.start("head", ["--head", "--port", str(c.port), "--resources", '{"head": 1}', "--include-dashboard",
+                         "false"], c.head_dir)
+        wait_for(lambda: "Ray runtime started" in (c.head_dir / "head.log").read_text(), 180, "the head node",
+                 c.procs["head"], c.head_dir / "head.log")
+        c.start("worker", ["--address", c.address, "--resources", '{"worker": 1}'], c.worker_dir)
+        wait_for(lambda: "Ray runtime started" in (c.worker_dir / "worker.log").read_text(), 180,
+                 "the second node", c.procs["worker"], c.worker_dir / "worker.log")
+        wait_for(lambda: sum(n["alive"] for n in c.nodes()) == 2, 120, "two alive nodes")
+        yield c
+    finally:
+        c.stop()
+
+
+def test_submit_with_address_runs_trials_on_both_nodes(tmp_path, shared_cache, cluster):
+    head, worker = cluster.node_id("head"), cluster.node_id("worker")
+    g = grid(tmp_path, "twonode", methods="[source, tent, sar, eata]")
+    results = tmp_path / "shared" / "results"   # one results directory and one cache for both nodes
+    out = run_cli("submit", str(g), *common(results, shared_cache), "--address", cluster.address,
+                  env=cluster.driver_env(), timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "InvalidAuthToken" not in out.stdout + out.stderr
+    plan = plan_of(g, results, shared_cache)
+    entries = TrialLedger(results / "ledger").entries(t.key for t in plan.trials)
+    assert len(entries) == len(plan.trials) and all(e["status"] == "ok" for e in entries)
+    tune_entries = [e for e in entries if "ray_node" in e]   # check's clean cells run as Ray tasks, not in Tune
+    assert {e["ray_node"] for e in tune_entries} == {head, worker}
+    assert all(e["n_queries"] == plan.datasets["synthetic"].test.__len__() for e in entries)
+    assert (results / "twonode" / "trials.parquet").is_file()
+
+
+def test_second_node_killed_mid_run_its_trials_finish_on_the_head(tmp_path, shared_cache, cluster):
+    head, worker = cluster.node_id("head"), cluster.node_id("worker")
+    g = grid(tmp_path, "nodeloss", methods="[source, tent, sar, eata, tcr, read]")
+    results, log = tmp_path / "results", tmp_path / "submit.log"
+    plan = plan_of(g, results, shared_cache)
+    ledger = TrialLedger(results / "ledger")
+    proc = start_cli(log, "submit", str(g), *common(results, shared_cache), "--address", cluster.address,
+                     env=cluster.driver_env())
+    try:
+        def on_worker():
+            return [e for e in ledger.entries(t.key for t in plan.trials) if e.get("ray_node") == worker]
+        wait_for(on_worker, 400, "a trial on the second node", proc, log)
+        done_before = len(ledger_files(results))
+        assert done_before < len(plan.trials) - 1, "the kill must land mid-grid"
+        killed_at = time.time()
+        cluster.kill("worker")
+        rc = proc.wait(timeout=500)
+    finally:
+        reap(proc)
+    out = log.read_text()
+    assert rc == 0, out[-3000:]
+    entries = ledger.entries(t.key for t in plan.trials)
+    assert len(entries) == len(plan.trials) and all(e["status"] == "ok" for e in entries)
+    after = [e for e in entries if e["recorded_at"] > killed_at + 1]
+    assert after and all(e["ray_node"] == head for e in after)   # everything after the loss ran on the head
+    assert sum(n["alive"] for n in cluster.nodes()) == 1
