@@ -16,7 +16,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from test_faults import (cli_env, common, grid, ledger_files, plan_of, reap, run_cli, start_cli, wait_for)
@@ -34,6 +33,34 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _children() -> dict[int, list[int]]:
+    """pid -> child pids, from /proc."""
+    tree: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        tree.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    return tree
+
+
+def descendants(pid: int) -> list[int]:
+    tree, out, todo = _children(), [], [pid]
+    while todo:
+        kids = tree.get(todo.pop(), [])
+        out.extend(kids)
+        todo.extend(kids)
+    return out
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 class Cluster:
@@ -84,28 +111,21 @@ class Cluster:
     def kill(self, name: str) -> None:
         """SIGKILL a node: its `ray start` and every process under it (raylet, GCS, workers), by pid."""
         proc = self.procs[name]
-        try:
-            tree = [proc, *psutil.Process(proc.pid).children(recursive=True)]
-        except psutil.NoSuchProcess:
-            tree = [proc]
-        for p in tree:
-            try:
-                p.send_signal(signal.SIGKILL) if isinstance(p, psutil.Process) else p.kill()
-            except (psutil.NoSuchProcess, ProcessLookupError):
-                pass
+        for pid in [proc.pid, *descendants(proc.pid)]:
+            _kill(pid)
         proc.wait(timeout=30)
 
     def stop(self) -> None:
         for name in list(self.procs):
             self.kill(name)
         # anything of ours that outlived its parent (found by our temp dirs in its command line)
-        for p in psutil.process_iter(["cmdline"]):
-            cmd = " ".join(p.info["cmdline"] or [])
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                cmd = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
             if str(self.head_dir) in cmd or str(self.worker_dir) in cmd:
-                try:
-                    p.kill()
-                except psutil.NoSuchProcess:
-                    pass
+                _kill(int(cmdline.parent.name))
 
 
 @pytest.fixture(scope="module")
