@@ -9,6 +9,7 @@ is killed mid-run: its trial is retried on the head and the grid completes. Both
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,10 +91,13 @@ class Cluster:
 
     def start(self, name: str, args: list[str], temp_dir: Path) -> None:
         log = open(temp_dir / f"{name}.log", "w")
+        env = self.node_env()
+        # Ray's loopback-only mode (=0, the tests' default) refuses a second node
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"
         self.procs[name] = subprocess.Popen(
             [RAY, "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--temp-dir",
              str(temp_dir), "--disable-usage-stats", *args], stdout=log, stderr=subprocess.STDOUT,
-            env=self.node_env(), start_new_session=True, cwd=temp_dir)
+            env=env, start_new_session=True, cwd=temp_dir)
 
     def nodes(self) -> list[dict]:
         """The cluster's nodes as Ray sees them (from a short-lived driver)."""
@@ -118,14 +122,16 @@ class Cluster:
     def stop(self) -> None:
         for name in list(self.procs):
             self.kill(name)
-        # anything of ours that outlived its parent (found by our temp dirs in its command line)
-        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        # anything of ours that outlived its parent: every node process inherits our token path in its environment
+        mark = f"RAY_AUTH_TOKEN_PATH={self.token}".encode()
+        for environ in Path("/proc").glob("[0-9]*/environ"):
             try:
-                cmd = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if mark in environ.read_bytes().split(b"\0"):
+                    _kill(int(environ.parent.name))
             except OSError:
                 continue
-            if str(self.head_dir) in cmd or str(self.worker_dir) in cmd:
-                _kill(int(cmdline.parent.name))
+        for folder in (self.head_dir, self.worker_dir):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
