@@ -9,6 +9,8 @@ then handed to the driver's `on_trial_error` and recorded in the ledger as faile
   (seed, key, attempt): a transient fault, usually gone on the retry.
 - `MLVP_TEST_FAULT_PERSISTENT` (0..1, default 0): each trial key fails on every attempt with this probability.
 - `MLVP_TEST_FAULT_SEED` (default "0"): salts the draws, so a test can pick a seed that gives it both kinds.
+- Set to "0", the switch injects nothing but still counts attempts (tests/test_cluster.py: which trial was in
+  flight on a node when it was killed, and that it ran again).
 - `MLVP_TEST_FAULT_DIR`: where attempts are counted (one file per trial key; a retry may run in another worker
   process, so the count lives on disk). Default: `<tempdir>/mlvp-test-faults`.
 """

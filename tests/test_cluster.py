@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from test_faults import (cli_env, common, grid, ledger_files, plan_of, reap, run_cli, start_cli, wait_for)
+from test_faults import cli_env, common, grid, plan_of, reap, run_cli, start_cli, wait_for
 from orchestrator.ledger import TrialLedger
 
 pytestmark = pytest.mark.slow
@@ -78,7 +78,10 @@ class Cluster:
         env = cli_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(self.token),
                       # a dead node is noticed in ~3 s instead of ~30 s
                       RAY_health_check_period_ms="1000", RAY_health_check_failure_threshold="3",
-                      PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+                      PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+                      # fault injection at rate 0: no fault, but every trial attempt is counted with its worker pid
+                      # (orchestrator/fault_injection.py), so the test sees which trial was in flight on which node
+                      MLVP_TEST_FAULT_RATE="0", MLVP_TEST_FAULT_DIR=str(self.head_dir / "attempts"))
         env.pop("RAY_ADDRESS", None)
         return env
 
@@ -169,19 +172,28 @@ def test_submit_with_address_runs_trials_on_both_nodes(tmp_path, shared_cache, c
 
 
 def test_second_node_killed_mid_run_its_trials_finish_on_the_head(tmp_path, shared_cache, cluster):
-    head, worker = cluster.node_id("head"), cluster.node_id("worker")
+    head = cluster.node_id("head")
     g = grid(tmp_path, "nodeloss", methods="[source, tent, sar, eata, tcr, read]")
     results, log = tmp_path / "results", tmp_path / "submit.log"
     plan = plan_of(g, results, shared_cache)
     ledger = TrialLedger(results / "ledger")
     proc = start_cli(log, "submit", str(g), *common(results, shared_cache), "--address", cluster.address,
                      env=cluster.driver_env())
+    attempts = cluster.head_dir / "attempts"
     try:
-        def on_worker():
-            return [e for e in ledger.entries(t.key for t in plan.trials) if e.get("ray_node") == worker]
-        wait_for(on_worker, 400, "a trial on the second node", proc, log)
-        done_before = len(ledger_files(results))
-        assert done_before < len(plan.trials) - 1, "the kill must land mid-grid"
+        def in_flight_on_worker():
+            """A trial whose latest attempt started less than a second ago in a process of the second node (a trial
+            takes longer than that) and has no ledger entry yet."""
+            done = {e["key"] for e in ledger.entries(t.key for t in plan.trials)}
+            on_node = set(descendants(cluster.procs["worker"].pid))
+            for f in attempts.glob("*") if attempts.is_dir() else []:
+                pids = f.read_text().split()
+                if f.name in keys and f.name not in done and pids and int(pids[-1]) in on_node \
+                        and time.time() - f.stat().st_mtime < 1.0:
+                    return f.name
+            return None
+        keys = {t.key for t in plan.trials}
+        victim = wait_for(in_flight_on_worker, 400, "a trial running on the second node", proc, log)
         killed_at = time.time()
         cluster.kill("worker")
         rc = proc.wait(timeout=500)
@@ -193,4 +205,6 @@ def test_second_node_killed_mid_run_its_trials_finish_on_the_head(tmp_path, shar
     assert len(entries) == len(plan.trials) and all(e["status"] == "ok" for e in entries)
     after = [e for e in entries if e["recorded_at"] > killed_at + 1]
     assert after and all(e["ray_node"] == head for e in after)   # everything after the loss ran on the head
+    # the trial that was running on the lost node: retried by Tune (a second attempt), finished on the head
+    assert len((attempts / victim).read_text().split()) == 2 and ledger.get(victim)["ray_node"] == head
     assert sum(n["alive"] for n in cluster.nodes()) == 1
