@@ -118,6 +118,28 @@ def trial_error_message(trial) -> str:
         return f"worker failed (its error could not be read: {type(err).__name__})"
 
 
+class OneLineStateErrors(logging.Filter):
+    """Tune saves its experiment state under the results directory after every trial; when that fails (a full disk)
+    it logs a 20-line traceback each time. We do not need that state (the ledger is the record), so say it in one
+    line, once per cause."""
+
+    def __init__(self):
+        super().__init__()
+        self.said: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.exc_info or record.levelno < logging.ERROR:
+            return True
+        err = record.exc_info[1]
+        cause = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        if cause not in self.said:
+            self.said.add(cause)
+            where = record.getMessage().split("'")[1] if "'" in record.getMessage() else "the results directory"
+            print(f"Ray Tune could not save its experiment state under {where} ({cause}); the ledger keeps every "
+                  "result", flush=True)
+        return False
+
+
 def _ignore(*args: Any) -> None:
     return None
 
@@ -146,8 +168,12 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment, *, storage_path: s
     analysis_log = logging.getLogger("ray.tune.analysis.experiment_analysis")
     level = analysis_log.level
     analysis_log.setLevel(logging.ERROR)
+    state_log = logging.getLogger("ray.tune.execution.experiment_state")
+    one_line = OneLineStateErrors()
+    state_log.addFilter(one_line)
     try:
         grid = tuner.fit()
     finally:
         analysis_log.setLevel(level)
+        state_log.removeFilter(one_line)
     return grid, time.time() - t0
