@@ -177,9 +177,10 @@ def test_second_node_killed_mid_run_its_trials_finish_on_the_head(tmp_path, shar
     results, log = tmp_path / "results", tmp_path / "submit.log"
     plan = plan_of(g, results, shared_cache)
     ledger = TrialLedger(results / "ledger")
+    attempts = cluster.head_dir / "attempts"
+    shutil.rmtree(attempts, ignore_errors=True)   # the first test ran some of these keys: count this run's attempts
     proc = start_cli(log, "submit", str(g), *common(results, shared_cache), "--address", cluster.address,
                      env=cluster.driver_env())
-    attempts = cluster.head_dir / "attempts"
     try:
         def in_flight_on_worker():
             """A trial whose latest attempt started less than a second ago in a process of the second node (a trial
