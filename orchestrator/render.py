@@ -44,7 +44,11 @@ def plan_render_rows(plan: Plan, cache: RenderCache, video_assets: dict[str, dic
     """One row per source video with the clips of it that are not in the cache yet; returns (rows, reused)."""
     rows, reused = [], 0
     for ds_name in plan.renders:
+        seen: set[str] = set()
         for pair in plan.datasets[ds_name].test.pairs:
+            if pair.video_id in seen:   # a video with several test captions (MSVD captions: all) renders once
+                continue
+            seen.add(pair.video_id)
             todo = []
             for key in render_keys(plan, ds_name, pair.video_id):
                 try:

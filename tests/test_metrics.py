@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from workloads.metrics import hubness, k_occurrence, ranks, retrieval_metrics, summarise
+from workloads.metrics import hubness, k_occurrence, ranks, recall_hits, retrieval_metrics, summarise
 
 
 def test_ranks_by_hand():
@@ -37,10 +37,94 @@ def test_recall_at_k_counts_and_torch_input():
     assert (r == brute).all()
 
 
-def test_ties_are_deterministic_and_pessimistic_for_lower_index():
-    s = np.ones((2, 3))
-    # every item ties: the gt ranks behind all items with a lower gallery index
-    assert ranks(s, [0, 2]).tolist() == [1, 3]
+def test_tie_rules_by_hand():
+    # 4 gallery items (at most 16: torch's CPU argsort keeps tied items in index order, so "argsort" ranks by hand)
+    s = np.array([[0.5, 0.5, 0.2, 0.1],    # gt 1 tied with item 0
+                  [0.3, 0.3, 0.3, 0.3],    # gt 3 tied with all three others
+                  [0.9, 0.1, 0.1, 0.1],    # gt 2: item 0 above, tied with items 1 and 3
+                  [0.2, 0.7, 0.4, 0.7]])   # gt 1 tied with item 3 (a higher index)
+    gt = [1, 3, 2, 1]
+    # argsort (faithful): orders [0,1,2,3], [0,1,2,3], [0,1,2,3], [1,3,2,0] -> ranks 2, 4, 3, 1
+    assert ranks(s, gt, ties="argsort").tolist() == [2, 4, 3, 1]
+    m = retrieval_metrics(s, gt, ties="argsort")
+    # R@1 = 1/4; sorted ranks 1,2,3,4 -> MdR 2 (lower middle); MnR = 10/4
+    assert m == {"R1": 25.0, "R5": 100.0, "R10": 100.0, "MdR": 2.0, "MnR": 2.5}
+    # expected (corrected): rank = g + 1 + t/2, g above, t tied: (0,1) -> 1.5, (0,3) -> 2.5, (1,2) -> 3, (0,1) -> 1.5
+    assert ranks(s, gt).tolist() == [1.5, 2.5, 3.0, 1.5]
+    m = retrieval_metrics(s, gt, ties="expected")
+    # P(rank 1) = 1/2, 1/4, 0 (one item strictly above), 1/2 -> R@1 = 1.25 / 4 = 31.25 %
+    # sorted expected ranks 1.5, 1.5, 2.5, 3 -> MdR 1.5; MnR = 8.5 / 4 = 2.125
+    assert m == {"R1": 31.25, "R5": 100.0, "R10": 100.0, "MdR": 1.5, "MnR": 2.125}
+    # per query shares of R@1 (what a per-batch R@1 averages): 0/1 by argsort, probabilities by expectation
+    assert recall_hits(s, gt, 1, ties="argsort").tolist() == [0, 0, 0, 1]
+    assert recall_hits(s, gt, 1, ties="expected").tolist() == [0.5, 0.25, 0.0, 0.5]
+
+
+def test_expected_rule_partial_recall_at_5_and_10():
+    # one query, 12 items all tied, gt the last: argsort (index order, 12 <= 16) puts it 12th -> R@1/5/10 all 0;
+    # expected: uniform position among 12 -> P(<= 1) = 1/12, P(<= 5) = 5/12, P(<= 10) = 10/12, rank 1 + 11/2 = 6.5
+    s = np.zeros((1, 12))
+    assert retrieval_metrics(s, [11], ties="argsort") == {"R1": 0.0, "R5": 0.0, "R10": 0.0, "MdR": 12.0,
+                                                          "MnR": 12.0}
+    m = retrieval_metrics(s, [11], ties="expected")
+    assert m["R1"] == pytest.approx(100 / 12) and m["R5"] == pytest.approx(500 / 12)
+    assert m["R10"] == pytest.approx(1000 / 12) and m["MdR"] == m["MnR"] == 6.5
+    # gt 0 of the same row: argsort ranks it 1st (R@1 100), the expectation does not depend on the index
+    assert retrieval_metrics(s, [0], ties="argsort")["R1"] == 100.0
+    assert retrieval_metrics(s, [0], ties="expected")["R1"] == pytest.approx(100 / 12)
+
+
+def test_argsort_rule_is_torch_argsort_on_long_rows():
+    # beyond 16 items torch's CPU sort is not index order on ties (an all-equal 17-item row starts 8, 16, 15, ...):
+    # the faithful rule must follow torch, not the index; here checked against a lookup in torch.argsort itself
+    rng = np.random.default_rng(3)
+    s = rng.integers(0, 3, size=(40, 50)).astype(np.float32)
+    gt = rng.integers(0, 50, size=40)
+    order = torch.argsort(torch.from_numpy(s), dim=1, descending=True)
+    by_torch = [int((order[i] == gt[i]).nonzero()[0, 0]) + 1 for i in range(40)]
+    assert ranks(s, gt, ties="argsort").tolist() == by_torch
+    by_index = [1 + int((s[i] > s[i, gt[i]]).sum() + (s[i, :gt[i]] == s[i, gt[i]]).sum()) for i in range(40)]
+    assert by_torch != by_index          # the matrix is one where the rules differ
+
+
+def test_expected_rule_equals_the_average_over_every_tie_break():
+    # exact check by enumeration: 3 queries x 6 items with ties and groups (several positives per query); averaging
+    # the rank over all 720 orders of breaking ties gives the expectation under uniformly random tie-breaking
+    import itertools
+
+    s = np.array([[1, 1, 0, 1, 0, 1], [2, 2, 2, 2, 2, 2], [0, 1, 1, 0, 1, 1]], dtype=float)
+    groups = np.array([0, 1, 1, 2, 2, 0])
+    gt = np.array([1, 2, 0])
+    totals, hits = np.zeros(3), {k: np.zeros(3) for k in (1, 5)}
+    perms = list(itertools.permutations(range(6)))
+    for perm in perms:
+        for q in range(3):
+            order = sorted(range(6), key=lambda j: (-s[q, j], perm[j]))
+            r = 1 + next(i for i, j in enumerate(order) if groups[j] == gt[q])
+            totals[q] += r
+            for k in hits:
+                hits[k][q] += r <= k
+    assert ranks(s, gt, gallery_groups=groups) == pytest.approx(totals / len(perms))
+    m = retrieval_metrics(s, gt, gallery_groups=groups)
+    for k in hits:
+        assert m[f"R{k}"] == pytest.approx(100 * hits[k].mean() / len(perms))
+
+
+def test_several_positives_by_hand():
+    # 6 gallery items in groups [0,0,1,1,1,2], all tied; the query's group 1 has 3 positives (items 2, 3, 4)
+    s = np.ones((1, 6))
+    groups = [0, 0, 1, 1, 1, 2]
+    # argsort (index order): items 0, 1 first, item 2 third -> rank 3
+    assert ranks(s, [1], ties="argsort", gallery_groups=groups).tolist() == [3]
+    # expected: g = 0, t = 3 negatives, p = 3 positives -> 1 + 3/4 = 1.75; P(rank 1) = 1 - 3/6 = 1/2
+    assert ranks(s, [1], gallery_groups=groups).tolist() == [1.75]
+    assert retrieval_metrics(s, [1], gallery_groups=groups)["R1"] == 50.0
+    with pytest.raises(ValueError, match="query group 7 has no gallery item"):
+        ranks(s, [7], gallery_groups=groups)
+    with pytest.raises(ValueError, match="one entry per gallery item"):
+        ranks(s, [1], gallery_groups=[0, 1])
+    with pytest.raises(ValueError, match="ties must be one of argsort, expected"):
+        ranks(s, [1], ties="random")
 
 
 def test_bad_inputs():

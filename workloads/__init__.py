@@ -7,4 +7,4 @@ CODE_VERSION = "0.1.0"  # the package version, recorded with every result
 # stale results are never mixed with new ones, and only that stage's caches are invalidated.
 RENDER_VERSION = "4"     # perturbation outputs (render cache; and, through it, every trial)
 FINETUNE_VERSION = "2"   # source fine-tuning (checkpoints; and, through model_version, every trial)
-TRIAL_VERSION = "2"      # online TTA, scoring and metrics (trial keys, gallery cache)
+TRIAL_VERSION = "3"      # online TTA, scoring and metrics (trial keys, gallery cache); 3: tie rules, grouped ranks

@@ -1,16 +1,48 @@
-"""Retrieval metrics (vtr_tta_study s6.1) and hubness measures (s6.2, scikit-hubness definitions).
+"""Retrieval metrics and hubness measures on a score matrix [n_query, n_gallery] (numpy or torch; larger = more
+similar). What each reproduces of the authors' code (`tta_main.py`, `calculate_evaluation_metrics`) and what the
+corrected mode changes: docs/faithfulness.md, section "Metrics".
 
-Both take a score matrix [n_query, n_gallery] (numpy or torch); larger = more similar.
+Ranks under exact ties (`ties=`, one of TIE_RULES):
+- "argsort" (faithful): the gallery sorted by `torch.argsort(scores, dim=1, descending=True)` on the CPU, as the
+  authors rank; a query's rank is the 1-based position of its first positive. Which of several tied items comes
+  first is whatever torch's CPU sort does: index order for rows of at most 16 items, its quicksort's order for
+  longer rows (all-equal 17-item row: 8, 16, 15, ..., 9, 0, 7, ..., 1). So the figure equals the authors' exactly
+  (same matrix, same torch CPU sort) but depends on gallery order wherever scores tie.
+- "expected" (corrected): the expectation under uniformly random tie-breaking, which does not depend on gallery
+  order. With g negatives scored strictly above the best positive, t negatives and p positives tied at its score, the
+  first positive's position among the tied items is random: expected rank = g + 1 + t / (p + 1), and
+  P(rank <= K) = 1 - prod_{i=0}^{K-g-1} (t - i) / (t + p - i)  (0 when K <= g; 1 when K > g + t), which for one
+  positive is min(1, max(0, (K - g) / (t + 1))). R@K is the mean of that probability (so a positive tied with one
+  negative at the top counts half towards R@1), MnR the mean expected rank, MdR the lower middle of the expected
+  ranks. Without ties both rules give the same integer ranks.
+
+Several positives per query (`gallery_groups`): gallery item j belongs to group gallery_groups[j] and query i's
+positives are the items of group gt_index[i]; the query is answered by its best-ranked positive. That is the
+standard multi-caption protocol's video-to-text rule (a video scored by the best-ranked of its captions, MSVD
+`captions: all`, docs/faithfulness.md: Datasets) and the authors' own v2t rule (the first position of any text with
+the query's video id).
+
+Hubness: the scikit-hubness definitions of the k-occurrence measures (docs/faithfulness.md: Metrics); ties in a
+top-k are broken by lower gallery index, so the k-occurrence is deterministic.
 """
 from __future__ import annotations
 
 import numpy as np
 
+TIE_RULES = ("argsort", "expected")
+
+
+def tie_rule(faithful: bool) -> str:
+    """The tie rule of a trial's mode: the authors' argsort when faithful, the expectation when corrected."""
+    return "argsort" if faithful else "expected"
+
 
 def _as_numpy(scores) -> np.ndarray:
     if hasattr(scores, "detach"):  # torch tensor, without importing torch here
         scores = scores.detach().float().cpu().numpy()
-    scores = np.asarray(scores, dtype=np.float64)
+    scores = np.asarray(scores)
+    if scores.dtype not in (np.float32, np.float64):
+        scores = scores.astype(np.float64)
     if scores.ndim != 2:
         raise ValueError(f"scores must be [n_query, n_gallery], got shape {scores.shape}")
     if not np.isfinite(scores).all():
@@ -19,28 +51,107 @@ def _as_numpy(scores) -> np.ndarray:
     return scores
 
 
-def ranks(scores, gt_index) -> np.ndarray:
-    """1-based rank of each query's ground-truth gallery item. Ties are broken pessimistically-stable: an item
-    with the same score but a lower gallery index ranks ahead (deterministic, unlike torch.argsort)."""
-    s = _as_numpy(scores)
+def _positives(s: np.ndarray, gt_index, gallery_groups) -> tuple[np.ndarray, np.ndarray | None]:
+    """(gt as int64 [n_query], gallery groups as int64 [n_gallery] or None), checked against the matrix."""
     gt = np.asarray(gt_index, dtype=np.int64)
     if gt.shape != (s.shape[0],):
         raise ValueError(f"gt_index must have one entry per query ({s.shape[0]}), got shape {gt.shape}")
-    if gt.size and (gt.min() < 0 or gt.max() >= s.shape[1]):
-        raise ValueError(f"gt_index out of range [0, {s.shape[1]})")
-    gt_score = s[np.arange(len(gt)), gt][:, None]
-    cols = np.arange(s.shape[1])[None, :]
-    ahead = (s > gt_score) | ((s == gt_score) & (cols < gt[:, None]))
-    return ahead.sum(axis=1) + 1
+    if gallery_groups is None:
+        if gt.size and (gt.min() < 0 or gt.max() >= s.shape[1]):
+            raise ValueError(f"gt_index out of range [0, {s.shape[1]})")
+        return gt, None
+    groups = np.asarray(gallery_groups, dtype=np.int64)
+    if groups.shape != (s.shape[1],):
+        raise ValueError(f"gallery_groups must have one entry per gallery item ({s.shape[1]}), got shape "
+                         f"{groups.shape}")
+    missing = np.setdiff1d(gt, groups)
+    if missing.size:
+        raise ValueError(f"query group {int(missing[0])} has no gallery item (gallery_groups holds no such group)")
+    return gt, groups
 
 
-def retrieval_metrics(scores, gt_index) -> dict[str, float]:
-    """R@1/5/10 in percent, median rank (lower middle for even N, as torch.median), mean rank."""
-    r = ranks(scores, gt_index)
-    n = len(r)
+def _positive_mask(s: np.ndarray, gt: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
+    if groups is None:
+        mask = np.zeros(s.shape, dtype=bool)
+        mask[np.arange(len(gt)), gt] = True
+        return mask
+    return groups[None, :] == gt[:, None]
+
+
+def _argsort_ranks(s: np.ndarray, gt: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
+    import torch
+
+    order = torch.argsort(torch.from_numpy(s), dim=1, descending=True).numpy()
+    labels = order if groups is None else groups[order]
+    return (np.argmax(labels == gt[:, None], axis=1) + 1).astype(np.float64)
+
+
+def _tie_counts(s: np.ndarray, gt: np.ndarray, groups: np.ndarray | None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per query: g = negatives strictly above the best positive, t = negatives tied with it, p = positives tied
+    with it (>= 1)."""
+    pos = _positive_mask(s, gt, groups)
+    best = np.where(pos, s, -np.inf).max(axis=1)[:, None]
+    above, tied = s > best, s == best
+    g = (above & ~pos).sum(axis=1)
+    t = (tied & ~pos).sum(axis=1)
+    p = (tied & pos).sum(axis=1)
+    return g, t, p
+
+
+def _recall_probability(g: np.ndarray, t: np.ndarray, p: np.ndarray, k: int) -> np.ndarray:
+    """P(rank <= k) under uniformly random tie-breaking, per query (formula in the module docstring)."""
+    m = k - g - 1                                       # tied negatives allowed before the first tied positive
+    all_negative_first = np.ones(len(g))
+    for i in range(k):                                  # m < k, so i never needs to go further
+        step = i <= m
+        factor = np.where(step, (t - i) / np.maximum(t + p - i, 1), 1.0)
+        all_negative_first *= np.where(step, np.maximum(factor, 0.0), 1.0)
+    return np.where(m < 0, 0.0, 1.0 - all_negative_first)
+
+
+def ranks(scores, gt_index, ties: str = "expected", gallery_groups=None) -> np.ndarray:
+    """1-based rank of each query's (best-ranked) positive, float64: integers under "argsort", expected ranks
+    (possibly fractional) under "expected"."""
+    if ties not in TIE_RULES:
+        raise ValueError(f"ties must be one of {', '.join(TIE_RULES)}, got {ties!r}")
+    s = _as_numpy(scores)
+    gt, groups = _positives(s, gt_index, gallery_groups)
+    if ties == "argsort":
+        return _argsort_ranks(s, gt, groups)
+    g, t, p = _tie_counts(s, gt, groups)
+    return g + 1 + t / (p + 1)
+
+
+def recall_hits(scores, gt_index, k: int = 1, ties: str = "expected", gallery_groups=None) -> np.ndarray:
+    """Per query, its share of R@k: 0 or 1 under "argsort", P(rank <= k) under "expected". The mean of any run of
+    rows (a stream batch) is that run's R@k on the same rule as `retrieval_metrics`."""
+    if ties not in TIE_RULES:
+        raise ValueError(f"ties must be one of {', '.join(TIE_RULES)}, got {ties!r}")
+    s = _as_numpy(scores)
+    gt, groups = _positives(s, gt_index, gallery_groups)
+    if ties == "argsort":
+        return (_argsort_ranks(s, gt, groups) <= k).astype(np.float64)
+    return _recall_probability(*_tie_counts(s, gt, groups), k)
+
+
+def retrieval_metrics(scores, gt_index, ties: str = "expected", gallery_groups=None) -> dict[str, float]:
+    """R@1/5/10 in percent, median rank (lower middle for even N, as torch.median), mean rank, under the tie rule
+    `ties` (module docstring)."""
+    if ties not in TIE_RULES:
+        raise ValueError(f"ties must be one of {', '.join(TIE_RULES)}, got {ties!r}")
+    s = _as_numpy(scores)
+    gt, groups = _positives(s, gt_index, gallery_groups)
+    n = len(gt)
     if n == 0:
         raise ValueError("no queries")
-    out = {f"R{k}": 100.0 * float((r <= k).sum()) / n for k in (1, 5, 10)}
+    if ties == "argsort":
+        r = _argsort_ranks(s, gt, groups)
+        out = {f"R{k}": 100.0 * float((r <= k).sum()) / n for k in (1, 5, 10)}
+    else:
+        g, t, p = _tie_counts(s, gt, groups)
+        r = g + 1 + t / (p + 1)
+        out = {f"R{k}": 100.0 * float(_recall_probability(g, t, p, k).mean()) for k in (1, 5, 10)}
     out["MdR"] = float(np.sort(r)[(n - 1) // 2])
     out["MnR"] = float(r.mean())
     return out
@@ -67,10 +178,11 @@ def _truncnorm_third_moment(a: float, b: float) -> float:
 
 
 def hubness(scores, k: int = 10) -> dict[str, float]:
-    """Hubness of the k-occurrence distribution (s6.2): skewness, truncated-normal skewness, Atkinson index
-    (eps 0.5), Robin Hood index, antihub occurrence (share of gallery items never in a top-k), hub occurrence
-    (share of top-k slots taken by items with N_k >= 2k); plus the largest k-occurrence and the antihub count,
-    which the design notes found more telling than skewness alone."""
+    """Hubness of the k-occurrence distribution (scikit-hubness definitions, docs/faithfulness.md: Metrics):
+    skewness, truncated-normal skewness, Atkinson index (eps 0.5), Robin Hood index, antihub occurrence (share of
+    gallery items never in a top-k), hub occurrence (share of top-k slots taken by items with N_k >= 2k); plus the
+    largest k-occurrence and the antihub count, more telling than skewness alone on small galleries
+    (benchmarks/RESULTS.md, section 2)."""
     s = _as_numpy(scores)
     n_query = s.shape[0]
     nk = _k_occurrence(s, k).astype(np.float64)
@@ -99,9 +211,10 @@ def hubness(scores, k: int = 10) -> dict[str, float]:
     }
 
 
-def summarise(scores, gt_index, k: int = 10) -> dict[str, float]:
-    """Retrieval metrics plus hubness at k (keys prefixed `hub_`), with k recorded."""
-    out = retrieval_metrics(scores, gt_index)
+def summarise(scores, gt_index, k: int = 10, ties: str = "expected", gallery_groups=None) -> dict[str, float]:
+    """Retrieval metrics (under the tie rule `ties`, positives by `gallery_groups`) plus hubness at k (keys prefixed
+    `hub_`), with k recorded."""
+    out = retrieval_metrics(scores, gt_index, ties=ties, gallery_groups=gallery_groups)
     out.update({f"hub_{key}": value for key, value in hubness(scores, k).items()})
     out["hub_k"] = float(k)
     return out
@@ -115,4 +228,5 @@ def is_finite_matrix(x) -> bool:
     return bool(np.isfinite(np.asarray(x)).all())
 
 
-__all__ = ["retrieval_metrics", "ranks", "hubness", "k_occurrence", "summarise", "is_finite_matrix"]
+__all__ = ["TIE_RULES", "tie_rule", "recall_hits", "retrieval_metrics", "ranks", "hubness", "k_occurrence",
+           "summarise", "is_finite_matrix"]

@@ -6,8 +6,9 @@ name and renamed, so readers never see half a file; a truncated or corrupt file 
 re-rendered. A clip that fails to render leaves `<...>.failed.json` (path and error) instead; failures are retried
 on the next submission, successes never are.
 
-`render_video` is the pure per-video worker: decode once, render every requested (perturbation, severity) from
-that one decode, resize/centre-crop, write. The orchestrator fans it out over Ray Data actors.
+`render_video` is the pure per-video worker: decode once (only the frames the requested types read: read_for in
+workloads/perturbations/video/__init__.py), render every requested (perturbation, severity) from that one decode,
+resize/centre-crop, write. The orchestrator fans it out over Ray Data actors.
 """
 from __future__ import annotations
 
@@ -114,7 +115,8 @@ class RenderCache:
                 meta = json.loads(z["meta"].tobytes().decode())
         except Exception as err:
             raise CacheCorrupt(f"{path}: {type(err).__name__}: {err}") from err
-        if list(frames.shape) != meta.get("shape") or hashlib.sha256(frames.tobytes()).hexdigest() != meta.get("sha256"):
+        checksum = hashlib.sha256(frames.tobytes()).hexdigest()
+        if list(frames.shape) != meta.get("shape") or checksum != meta.get("sha256"):
             raise CacheCorrupt(f"{path}: checksum mismatch")
         return frames, meta
 
@@ -157,19 +159,23 @@ def render_video(video_path: str, keys: list[RenderKey], cache: RenderCache,
                     "seconds": time.perf_counter() - t0})
 
     t0 = time.perf_counter()
+    clean = [k for k in keys if k.perturbation == CLEAN]
+    perturbed = [k for k in keys if k.perturbation != CLEAN]
     try:
-        video = read_video(video_path)
+        if len({k.num_frames for k in keys}) == 1:  # decode only the frames the requested types read
+            video = vp.read_for(video_path, [(k.perturbation, k.severity, k.perturbation_seed) for k in perturbed],
+                                num_frames=keys[0].num_frames)
+        else:
+            video = read_video(video_path)
     except Exception as err:  # a corrupt video fails its keys, not the grid
         for key in keys:
             failed(key, f"{type(err).__name__}: {err}", "", t0)
         return out
-    if "fps" not in assets:  # h264_compression re-encodes at the source frame rate
+    if "fps" not in assets and isinstance(video, np.ndarray):  # h264_compression re-encodes at the source rate
         try:
             assets["fps"] = video_fps(video_path)
         except Exception:
             pass  # the perturbation falls back to its default and says so in its meta
-    clean = [k for k in keys if k.perturbation == CLEAN]
-    perturbed = [k for k in keys if k.perturbation != CLEAN]
     decode_s = time.perf_counter() - t0
     for key in clean:
         t1 = time.perf_counter()

@@ -28,7 +28,7 @@ from workloads.backbones.model import VideoTextModel
 from workloads.datasets import create_dataset
 from workloads.datasets.base import Split
 from workloads.methods import Gallery, NonFiniteError, QueryBatch, create_method, run_stream
-from workloads.metrics import k_occurrence, summarise
+from workloads.metrics import k_occurrence, summarise, tie_rule
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
 from workloads.seeding import digest
 from workloads.spec import CLEAN, TrialSpec
@@ -104,13 +104,28 @@ def query_cells(spec: TrialSpec, n_queries: int) -> list[tuple[str, int]]:
     return [(spec.perturbation, spec.severity)] * n_queries
 
 
-def _load_clips(spec: TrialSpec, cache: RenderCache, test: Split, cells: list[tuple[str, int]]
-                ) -> tuple[list[int], list[dict], list[dict]]:
-    """Which pairs have their clip (at the row's cell) in the cache; the others with the reason they are dropped;
-    metas of the good ones. Only the small meta member is read here (`probe`); frames are read and checksummed batch
-    by batch later."""
+def video_groups(test: Split) -> tuple[list[int], np.ndarray]:
+    """The split's videos: the first pair of each video in split order, and each pair's video number (its index
+    in that list). One caption per video gives (all pairs, 0..n-1); MSVD `captions: all` repeats a video once per
+    caption (docs/faithfulness.md: Datasets)."""
+    first: dict[str, int] = {}
+    groups = np.empty(len(test), dtype=np.int64)
+    for i, pair in enumerate(test.pairs):
+        groups[i] = first.setdefault(pair.video_id, len(first))
+    rows = [0] * len(first)
+    for i in range(len(test) - 1, -1, -1):
+        rows[groups[i]] = i
+    return rows, groups
+
+
+def _load_clips(spec: TrialSpec, cache: RenderCache, test: Split, cells: list[tuple[str, int]],
+                rows: list[int] | None = None) -> tuple[list[int], list[dict], list[dict]]:
+    """Which pairs (of `rows`, default all) have their clip (at the row's cell) in the cache; the others with the
+    reason they are dropped; metas of the good ones. Only the small meta member is read here (`probe`); frames are
+    read and checksummed batch by batch later."""
     ok, dropped, metas = [], [], []
-    for i, (pair, (perturbation, severity)) in enumerate(zip(test.pairs, cells)):
+    for i in range(len(test)) if rows is None else rows:
+        pair, (perturbation, severity) = test.pairs[i], cells[i]
         key = render_key(spec, pair.video_id, perturbation, severity)
         try:
             meta = cache.probe(key)
@@ -220,24 +235,34 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
         model = load_model(spec, ctx)
         t0 = time.perf_counter()
 
+        # queries and gallery by video (workloads.metrics: several positives per query): with one caption per
+        # video the groups are 0..n-1 and nothing changes; with several (MSVD `captions: all`) v2t has one query per
+        # video scored by its best-ranked caption, t2v one query per caption against one gallery clip per video
+        video_rows, groups = video_groups(test)
+        gallery_groups = None
         if spec.direction == "v2t":
             gallery_rows = list(range(len(test)))
-            cells = query_cells(spec, len(test))
-            query_rows, dropped, metas = _load_clips(spec, cache, test, cells)
-            gt = np.asarray(query_rows)                      # caption i matches video i (one caption per video)
+            video_cells = query_cells(spec, len(video_rows))  # one draw per query (video) in stream order
+            cells = [video_cells[g] for g in groups]
+            query_rows, dropped, metas = _load_clips(spec, cache, test, cells, video_rows)
+            gt = groups[query_rows]                          # the query's video: positives are its captions
+            if len(video_rows) < len(test):
+                gallery_groups = groups
             result.faithful_renders = float(np.mean([m["faithful"] for m in metas])) if metas else None
             result.fallbacks = sorted({m["fallback"] for m in metas if m.get("fallback")})
         else:
             captions, faithful, fallbacks = _text_queries(spec, test, ctx)
-            gallery_rows, dropped, _ = _load_clips(spec, cache, test, [(CLEAN, 0)] * len(test))
-            query_rows = gallery_rows                        # a caption whose video failed has no match: drop it
-            gt = np.arange(len(query_rows))
+            gallery_rows, dropped, _ = _load_clips(spec, cache, test, [(CLEAN, 0)] * len(test), video_rows)
+            position = {int(groups[r]): j for j, r in enumerate(gallery_rows)}
+            # a caption whose video failed has no match: drop it
+            query_rows = [i for i in range(len(test)) if int(groups[i]) in position]
+            gt = np.asarray([position[int(groups[i])] for i in query_rows], dtype=np.int64)
             if faithful is not None:
                 result.faithful_renders = float(np.mean([faithful[i] for i in query_rows])) if query_rows else None
                 result.fallbacks = fallbacks
         result.dropped = dropped
         if not query_rows:
-            raise RuntimeError(f"no usable queries: all {len(test)} clips are missing or failed "
+            raise RuntimeError(f"no usable queries: all {len(video_rows)} clips are missing or failed "
                                f"(first: {dropped[0] if dropped else '-'})")
 
         gallery = encode_gallery(spec, model, cache, test, gallery_rows, ctx)
@@ -254,7 +279,8 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
         scores = run_stream(method, batches, progress=progress)
         result.timings["adapt_s"] = time.perf_counter() - t1
         result.timings["per_query_ms"] = 1000 * result.timings["adapt_s"] / len(query_rows)
-        result.metrics = summarise(scores, gt, k=spec.hub_k)
+        result.metrics = summarise(scores, gt, k=spec.hub_k, ties=tie_rule(spec.faithful),
+                                   gallery_groups=gallery_groups)
         result.k_occurrence = k_occurrence(scores, spec.hub_k).tolist()
         result.n_queries, result.n_gallery = int(scores.shape[0]), int(scores.shape[1])
         if ctx.scores_dir:

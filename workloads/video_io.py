@@ -28,7 +28,7 @@ import numpy as np
 
 from workloads.atomic import atomic_path
 
-# CLIP's normalisation constants (vtr_tta_study s2.0 / s4.1)
+# CLIP's normalisation constants (OpenAI CLIP's preprocessing; docs/faithfulness.md: Common pipeline)
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
@@ -46,9 +46,9 @@ class VideoDecodeError(RuntimeError):
 
 
 def uniform_indices(n_frames: int, num_frames: int = 12) -> np.ndarray:
-    """The reference's "uniform" rule (s2.0): split [0, n) into `num_frames` equal integer intervals
-    (np.linspace(0, n, num_frames + 1).astype(int)) and take each interval's midpoint (a + b - 1) // 2.
-    Videos shorter than `num_frames` repeat their last frame."""
+    """The authors' "uniform" rule (docs/faithfulness.md: Common pipeline): split [0, n) into `num_frames` equal
+    integer intervals (np.linspace(0, n, num_frames + 1).astype(int)) and take each interval's midpoint
+    (a + b - 1) // 2. Videos shorter than `num_frames` repeat their last frame."""
     if n_frames <= 0:
         raise ValueError(f"a video needs at least one frame, got n_frames={n_frames}")
     if num_frames <= 0:
@@ -167,13 +167,21 @@ _SEEK_CODECS = ("h264", "hevc")
 
 
 def _read_frames_seeking(path: str | os.PathLike, num_frames: int, stats: dict | None = None) -> np.ndarray:
+    """The uniform rule's frames through `_read_indices_seeking` (stacked in the rule's order)."""
+    n, got = _read_indices_seeking(path, lambda n: uniform_indices(n, num_frames), stats)
+    return np.stack([got[int(i)] for i in uniform_indices(n, num_frames)])
+
+
+def _read_indices_seeking(path: str | os.PathLike, pick, stats: dict | None = None
+                          ) -> tuple[int, dict[int, np.ndarray]]:
     """PyAV, one thread: index the packets (no decoding) -> frame i = the i-th smallest timestamp, as a full decode
-    numbers them; then for each keyframe that precedes a target, seek to it and decode forward to its targets,
-    with the decoder skipping non-reference frames that are not targets (no other frame depends on them, so the
-    targets' pixels are the same as in a full decode). RGB conversion as read_video's decoders do (FFmpeg's
-    swscale with the stream's colour matrix and range; benchmarks/decoder_check.py). Raises _NotSeekable when the
-    file is outside what this handles exactly, or decoding fails. `stats` (a dict), if given, receives the number
-    of packets and of packets sent to the decoder (after the seeks)."""
+    numbers them; `pick(n)` (n = the frame count) gives the frame indices wanted; then for each keyframe that
+    precedes a target, seek to it and decode forward to its targets, with the decoder skipping non-reference frames
+    that are not targets (no other frame depends on them, so the targets' pixels are the same as in a full decode).
+    RGB conversion as read_video's decoders do (FFmpeg's swscale with the stream's colour matrix and range;
+    benchmarks/decoder_check.py). Returns (n, {index: frame}). Raises _NotSeekable when the file is outside what
+    this handles exactly, or decoding fails. `stats` (a dict), if given, receives the number of packets, of packets
+    sent to the decoder (after the seeks) and the stream's average frame rate."""
     import av
 
     try:
@@ -197,7 +205,9 @@ def _read_frames_seeking(path: str | os.PathLike, num_frames: int, stats: dict |
             order = sorted(pts)
             if not order or len(set(order)) != len(order) or not keys or min(keys) != order[0]:
                 raise _NotSeekable
-            wanted = [order[i] for i in uniform_indices(len(order), num_frames)]
+            n = len(order)
+            index_of = {t: i for i, t in enumerate(order)}
+            wanted = sorted({order[int(i)] for i in pick(n)})
             keys.sort()
             groups: dict[int, set[int]] = {}
             for t in wanted:
@@ -218,10 +228,91 @@ def _read_frames_seeking(path: str | os.PathLike, num_frames: int, stats: dict |
             if not set(wanted).issubset(got):
                 raise _NotSeekable
             if stats is not None:
-                stats.update(packets=len(order), sent_to_decoder=decoded)
-            return np.stack([got[t] for t in wanted])
+                rate = stream.average_rate
+                stats.update(packets=n, sent_to_decoder=decoded, fps=float(rate) if rate else None)
+            return n, {index_of[t]: f for t, f in got.items()}
     except (av.FFmpegError, OSError, ValueError):
         raise _NotSeekable from None
+
+
+class SparseVideo:
+    """Some decoded frames of an n-frame video, indexed like the full uint8 [n, H, W, 3] array would be (an int,
+    or a sequence / array of ints); asking for a frame that was not decoded raises KeyError naming it. Made by
+    `read_video_frames` for renderings that need only some frames (workloads/perturbations/video/_registry.py:
+    frames_needed)."""
+
+    def __init__(self, n: int, frames: dict[int, np.ndarray]):
+        if not frames:
+            raise ValueError("a SparseVideo needs at least one frame")
+        first = next(iter(frames.values()))
+        self._frames = {int(i): np.ascontiguousarray(f) for i, f in frames.items()}
+        self.shape = (int(n), *first.shape)
+        self.dtype = first.dtype
+        self.ndim = 4
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def has(self, i: int) -> bool:
+        return int(i) in self._frames
+
+    @property
+    def indices(self) -> list[int]:
+        return sorted(self._frames)
+
+    def _one(self, i) -> np.ndarray:
+        i = int(i)
+        if i < 0:
+            i += self.shape[0]
+        try:
+            return self._frames[i]
+        except KeyError:
+            raise KeyError(f"frame {i} of {self.shape[0]} was not decoded (SparseVideo holds {self.indices[:8]}"
+                           f"{'...' if len(self._frames) > 8 else ''})") from None
+
+    def __getitem__(self, key):
+        if isinstance(key, (int, np.integer)):
+            return self._one(key)
+        if isinstance(key, slice):
+            key = range(*key.indices(self.shape[0]))
+        idx = np.asarray(key)
+        if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
+            raise TypeError(f"SparseVideo takes an int or a 1-d sequence of ints, got {key!r}")
+        return np.stack([self._one(i) for i in idx]) if len(idx) else np.empty((0, *self.shape[1:]), self.dtype)
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("a SparseVideo holds only some frames; index it (video[k], video[indices]) instead")
+
+
+def read_video_frames(path: str | os.PathLike, pick, stats: dict | None = None):
+    """The frames `pick(n)` names (n = the video's frame count; `pick` returns indices, or None for all), as a
+    SparseVideo holding exactly the pixels `read_video` has at those indices; the whole video (read_video's array)
+    when `pick` returns None or the file is not one the seeking reader handles exactly (module docstring).
+    `stats`, if given, receives {"sparse": bool, "fps": the stream's average frame rate when read with PyAV}."""
+    info: dict = {}
+    if not Path(path).is_file():
+        raise VideoDecodeError(path, "file not found")
+    everything = False
+
+    def pick_or_flag(n: int):
+        nonlocal everything
+        chosen = pick(n)
+        if chosen is None:
+            everything = True
+            return []
+        return chosen
+
+    try:
+        n, got = _read_indices_seeking(path, pick_or_flag, info)
+    except _NotSeekable:
+        everything = True
+    if everything or not got:
+        if stats is not None:
+            stats.update(sparse=False, fps=None)
+        return read_video(path)
+    if stats is not None:
+        stats.update(sparse=True, fps=info.get("fps"))
+    return SparseVideo(n, got)
 
 
 def video_fps(path: str | os.PathLike) -> float:

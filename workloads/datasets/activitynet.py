@@ -1,4 +1,5 @@
-"""ActivityNet Captions (val1 as the test split; video-paragraph retrieval) as the reference reads it (s5).
+"""ActivityNet Captions (val1 as the test split; video-paragraph retrieval) as the authors read it
+(docs/faithfulness.md: Datasets).
 
 Files under root (names are options): `val1_anno.jsonl` (test, 4,917 lines, option `test_file`) and
 `train_anno.jsonl` (train, 10,009 lines, option `train_file`); one JSON object per line {"clip_id": "v_xxx",

@@ -4,9 +4,11 @@
     render(...)      -> Rendered(frames, meta)      (meta["faithful"] says whether real assets were used)
     render_many(video, requests, num_frames=12, **assets) -> list[Rendered]   (shares decode/flow across requests)
 
-`video` is every decoded frame of the source clip, uint8 RGB [N, H, W, 3]. Frame-level types perturb the frames the
-uniform rule picks; h264, motion blur, defocus, event insertion and scrambling read the whole sequence, as the
-reference does. The same (video, name, severity, seed) always gives identical bytes.
+`video` is every decoded frame of the source clip, uint8 RGB [N, H, W, 3], or a SparseVideo holding the frames the
+requests read (`read_for(path, requests)` decodes just those; each type declares them at registration).
+Frame-level types perturb the frames the uniform rule picks; h264, motion blur, defocus, event insertion and
+scrambling read the whole sequence, as the reference does.
+The same (video, name, severity, seed) always gives identical bytes.
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from workloads.perturbations.video._registry import (  # noqa: F401
     AssetNeeds,
     ClipContext,
     PerturbationInfo,
+    all_frames,
     check_severity,
+    frames_needed,
     get,
 )
 
@@ -39,6 +43,22 @@ def __getattr__(name: str):
     if name == "NAMES":  # the registry's ordered view (the columns of the paper's tables)
         return VIDEO_PERTURBATIONS.names()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def read_for(path, requests: Iterable[tuple[str, int, int]], num_frames: int = 12, stats: dict | None = None):
+    """Decode from the video file at `path` only the frames the (name, severity, seed) requests read (and the
+    uniform sample): a SparseVideo with read_video's pixels at those indices (workloads/video_io.py), or the whole
+    array when a request reads every frame (h264) or the file is not one the seeking reader handles exactly. A
+    motion blur of a 300-frame clip then decodes 24 frames' worth (skipping non-reference frames it does not
+    read) instead of converting all 300. `stats` as read_video_frames fills it."""
+    from workloads.video_io import read_video, read_video_frames
+
+    requests = [(n, check_severity(s), int(seed)) for n, s, seed in requests]
+    if any(get(n).frames is all_frames for n, _, _ in requests):
+        if stats is not None:
+            stats.update(sparse=False, fps=None)
+        return read_video(path)
+    return read_video_frames(path, lambda n: frames_needed(requests, n, num_frames), stats)
 
 
 def render(name: str, video: np.ndarray, severity: int, seed: int = 0, num_frames: int = 12,
@@ -84,4 +104,5 @@ def _render_one(ctx: ClipContext, info, name: str, severity: int, seed: int) -> 
     return Rendered(name, severity, frames, dict(meta))
 
 
-__all__ = ["NAMES", "VIDEO_PERTURBATIONS", "LEVELS", "Rendered", "apply", "render", "render_many", "ClipContext"]
+__all__ = ["NAMES", "VIDEO_PERTURBATIONS", "LEVELS", "Rendered", "apply", "render", "render_many", "read_for",
+           "ClipContext"]

@@ -16,9 +16,9 @@ pixels whose exact value sits on a rounding boundary (tests bound this against c
 Filtered results can be memoised per kernel (`key=`), because severities share kernels (e.g. the 13 px line is the
 short kernel of severity 5 and the long one of severity 2).
 
-`numpy_motion_blur` is the dependency-light stand-in for ImageMagick's MotionBlurImage used by snow (s2.4): a
-one-sided Gaussian-weighted shift-and-add along the blur direction with edge replication, as `imagecorruptions`
-(>= 1.1) does. It is close to ImageMagick's but not bit-exact.
+`numpy_motion_blur` is the dependency-light stand-in for ImageMagick's MotionBlurImage used by snow
+(docs/faithfulness.md: Snow): a one-sided Gaussian-weighted shift-and-add along the blur direction with edge
+replication, as `imagecorruptions` (>= 1.1) does. It is close to ImageMagick's but not bit-exact.
 """
 from __future__ import annotations
 
@@ -43,8 +43,8 @@ FFT_PAD = 20
 
 
 def line_kernel(angle_deg: float, length: int) -> np.ndarray:
-    """s2.7: a horizontal line of ones in a length x length matrix, rotated by `angle_deg` about (L/2, L/2)
-    with cv2.warpAffine (bilinear, zero border), normalised to sum 1. float32."""
+    """Motion blur (docs/faithfulness.md): a horizontal line of ones in a length x length matrix, rotated by
+    `angle_deg` about (L/2, L/2) with cv2.warpAffine (bilinear, zero border), normalised to sum 1. float32."""
     k = np.zeros((length, length), np.float32)
     k[length // 2, :] = 1.0
     rot = cv2.getRotationMatrix2D((length / 2, length / 2), float(angle_deg), 1.0)
@@ -58,8 +58,8 @@ def line_kernel(angle_deg: float, length: int) -> np.ndarray:
 
 
 def disk_kernel(radius: int, alias_blur: float = 0.1) -> np.ndarray:
-    """s2.8: ones inside x^2 + y^2 <= r^2 on a (2r+1)^2 grid, normalised, then Gaussian-smoothed
-    (ksize 3x3 if r <= 8 else 5x5, sigma 0.1). float32."""
+    """Video defocus (docs/faithfulness.md): ones inside x^2 + y^2 <= r^2 on a (2r+1)^2 grid, normalised, then
+    Gaussian-smoothed (ksize 3x3 if r <= 8 else 5x5, sigma 0.1). float32."""
     if radius <= 0:
         return np.ones((1, 1), np.float32)
     ax = np.arange(-radius, radius + 1)

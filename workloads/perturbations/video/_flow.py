@@ -1,4 +1,5 @@
-"""Motion statistics shared by motion_blur and video_defocus (s2.7 / s2.8), memoised per clip.
+"""Motion statistics shared by motion_blur and video_defocus, memoised per clip (docs/faithfulness.md: Motion blur
+and video defocus).
 
 For every uniformly sampled index k: dense Farneback flow between the ORIGINAL frames k-1 and k on full-resolution
 grayscale (pyr_scale 0.5, levels 3, winsize 15, iterations 3, poly_n 5, poly_sigma 1.2; zero flow for k = 0), then

@@ -11,7 +11,7 @@ A perturbation is a function `fn(ctx, severity, rng) -> (frames, meta)`:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -26,12 +26,16 @@ class ClipContext:
 
     def __init__(self, video: np.ndarray, num_frames: int = 12, assets: dict[str, Any] | None = None,
                  clip_seed: int | None = None):
-        video = np.asarray(video)
+        from workloads.video_io import SparseVideo
+
+        if not isinstance(video, SparseVideo):  # a SparseVideo holds some frames of the clip, each contiguous
+            video = np.asarray(video)
         if video.ndim != 4 or video.shape[-1] != 3 or video.dtype != np.uint8:
             raise ValueError(f"video must be uint8 [N, H, W, 3], got {video.dtype} {video.shape}")
         if len(video) == 0:
             raise ValueError("video has no frames")
-        self.video = np.ascontiguousarray(video)  # OpenCV/PyAV need C-contiguous frames; no copy when already so
+        # OpenCV/PyAV need C-contiguous frames; no copy when already so
+        self.video = video if isinstance(video, SparseVideo) else np.ascontiguousarray(video)
         self.num_frames = int(num_frames)
         self.indices = uniform_indices(len(video), self.num_frames)
         self.assets = dict(assets or {})
@@ -59,6 +63,27 @@ class ClipContext:
 
 
 PerturbFn = Callable[[ClipContext, int, np.random.Generator], "tuple[np.ndarray, dict]"]
+# which decoded frames a rendering reads: fn(n frames, uniform indices, severity, seed) -> indices, or None for all
+FramesFn = Callable[[int, np.ndarray, int, int], "Iterable[int] | None"]
+
+
+def sampled_frames(n: int, indices: np.ndarray, severity: int, seed: int) -> Iterable[int]:
+    """The uniform sample only (frame-level types)."""
+    return indices
+
+
+def flow_frames(n: int, indices: np.ndarray, severity: int, seed: int) -> Iterable[int]:
+    """Each sampled frame and the one before it (Farneback flow between k-1 and k: _flow.py)."""
+    return {int(j) for k in indices for j in (k - 1, k) if j >= 0}
+
+
+def neighbour_frames(n: int, indices: np.ndarray, severity: int, seed: int) -> Iterable[int]:
+    """Each sampled frame and its two neighbours."""
+    return {int(j) for k in indices for j in (k - 1, k, k + 1) if 0 <= j < n}
+
+
+def all_frames(n: int, indices: np.ndarray, severity: int, seed: int) -> None:
+    return None
 LEVELS = ("low", "mid", "high")  # the paper's three-level hierarchy (pixel, motion/object, semantic/temporal)
 
 
@@ -86,19 +111,23 @@ class PerturbationInfo:
     full_video: bool  # True: reads the whole frame sequence (h264, blur, defocus, event insertion, scrambling)
     assets: AssetNeeds | None
     doc: str
+    frames: FramesFn = sampled_frames  # the decoded frames it reads (a render decodes only what its types read)
 
 
 VIDEO_PERTURBATIONS = Registry("video perturbation", package="workloads.perturbations.video")
 
 
 def register(name: str, *, order: float | None = None, level: str, full_video: bool = False,
-             assets: AssetNeeds | None = None) -> Callable[[PerturbFn], PerturbFn]:
-    """Register a perturbation function; `order` is its column in the paper's tables, `level` its group."""
+             assets: AssetNeeds | None = None, frames: FramesFn | None = None) -> Callable[[PerturbFn], PerturbFn]:
+    """Register a perturbation function; `order` is its column in the paper's tables, `level` its group; `frames`
+    says which decoded frames it reads (default: the uniform sample, or every frame for `full_video` types)."""
+    if frames is None:
+        frames = all_frames if full_video else sampled_frames
     if level not in LEVELS:
         raise ValueError(f"video perturbation {name!r}: level must be one of {LEVELS}, got {level!r}")
 
     def wrap(fn: PerturbFn) -> PerturbFn:
-        info = PerturbationInfo(name, fn, level, full_video, assets, (fn.__doc__ or "").strip())
+        info = PerturbationInfo(name, fn, level, full_video, assets, (fn.__doc__ or "").strip(), frames)
         VIDEO_PERTURBATIONS.add(name, info, order=order, level=level)
         return fn
 
@@ -107,6 +136,19 @@ def register(name: str, *, order: float | None = None, level: str, full_video: b
 
 def get(name: str) -> PerturbationInfo:
     return VIDEO_PERTURBATIONS.lookup(name)
+
+
+def frames_needed(requests: Iterable[tuple[str, int, int]], n: int, num_frames: int = 12) -> set[int] | None:
+    """The union of the decoded frames the (name, severity, seed) requests read from an n-frame video (the uniform
+    sample always: clean clips use it), or None when one of them reads every frame."""
+    indices = uniform_indices(n, num_frames)
+    needed = {int(i) for i in indices}
+    for name, severity, seed in requests:
+        more = get(name).frames(n, indices, int(severity), int(seed))
+        if more is None:
+            return None
+        needed.update(int(i) for i in more)
+    return needed
 
 
 def check_severity(severity: int) -> int:

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import cv2
 import numpy as np
 
-from workloads.perturbations.video._registry import AssetNeeds, ClipContext, find_files, register
+from workloads.perturbations.video._registry import AssetNeeds, ClipContext, find_files, register, sampled_frames
 from workloads.seeding import digest, file_digest, path_version
 from workloads.video_io import read_frames, uniform_indices
 
@@ -243,7 +243,7 @@ def _prepare(*args, **kwargs) -> dict[str, dict[str, Any]]:
     return prepare_distractors(*args, **kwargs)
 
 
-@register("event_insertion", order=10, level="high", full_video=True,
+@register("event_insertion", order=10, level="high", full_video=True, frames=sampled_frames,
           assets=AssetNeeds(("distractor_pool", "main_objects"), _assets_version, prepare=_prepare))
 def event_insertion(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """Replace the last 30..70% of the uniform frames with a distractor video's uniform frames."""

@@ -1,5 +1,5 @@
-"""H.264 compression (s2.6): a real libx264 encode AND decode of the FULL frame sequence at the source fps, encoded
-as the reference's ffmpeg CLI call encodes it.
+"""H.264 compression (docs/faithfulness.md: H.264 compression): a real libx264 encode AND decode of the FULL frame
+sequence at the source fps, encoded as the reference's ffmpeg CLI call encodes it.
 
 The reference pipes raw bgr24 frames into `ffmpeg -f rawvideo -pix_fmt bgr24 -r <fps> -i - -an -vcodec libx264
 -b:v <rate> -preset fast out.mp4` (rate 500k, 250k, 100k, 50k, 25k bit/s) and reads the result back with
@@ -12,7 +12,9 @@ ffmpeg CLI):
   and shared by all severities; odd frame sizes need no padding in 4:4:4;
 - libx264 with preset fast, `bit_rate` = the target, nothing else set; the parameter sets go in the extradata (the
   global-header flag), as the CLI's mp4 muxer asks;
-- decoded back to RGB by FFmpeg's h264 decoder and swscale (bicubic, as OpenCV's FFmpeg backend converts);
+- decoded back to RGB by FFmpeg's h264 decoder and swscale (bicubic, as OpenCV's FFmpeg backend converts); only the
+  12 sampled frames are converted, and the decoder skips the non-reference frames that are not sampled and stops
+  after the last sampled one (decode_sampled: the same pixels as a full decode, tested);
 - fps: the asset `fps` when given (render(..., fps=29.97)), else 30; a rational within 1/1001000, as ffmpeg parses
   the CLI's `-r str(fps)`.
 Two settings the reference does not use, both for reproducibility (a render must be the same bytes in every
@@ -72,18 +74,29 @@ def _fps(ctx: ClipContext) -> float:
     return fps
 
 
-def _yuv_frames(ctx: ClipContext) -> list[np.ndarray]:
-    """The whole clip as yuv444p planes [3, H, W], converted once per clip."""
+def _yuv_frames(ctx: ClipContext) -> list[av.VideoFrame]:
+    """The whole clip as yuv444p frames, converted once per clip and given to every severity's encoder as they are
+    (the encoder copies its input; numbered 0..n-1 in display order)."""
 
     def compute():
-        return [av.VideoFrame.from_ndarray(frame, format="rgb24").reformat(format=PIX_FMT).to_ndarray()
-                for frame in ctx.video]
+        frames = [av.VideoFrame.from_ndarray(frame, format="rgb24").reformat(format=PIX_FMT) for frame in ctx.video]
+        for i, frame in enumerate(frames):
+            frame.pts = i
+        return frames
 
     return ctx.memo("_h264.yuv444p", compute)
 
 
-def encode(yuv: list[np.ndarray], width: int, height: int, bitrate: int, fps: float) -> tuple[list[bytes], bytes]:
-    """libx264 packets (bytes) of the yuv444p frames, and the extradata (SPS/PPS) they need."""
+def encode(yuv: list, width: int, height: int, bitrate: int, fps: float) -> tuple[list[bytes], bytes]:
+    """libx264 packets (bytes) of the yuv444p frames (planes [3, H, W] or av.VideoFrame), and the extradata
+    (SPS/PPS) they need."""
+    packets, _pts, extradata = _encode(yuv, width, height, bitrate, fps)
+    return packets, extradata
+
+
+def _encode(yuv: list, width: int, height: int, bitrate: int, fps: float
+            ) -> tuple[list[bytes], list[int | None], bytes]:
+    """encode(), plus each packet's presentation timestamp (= the display index of its frame)."""
     rate = Fraction(fps).limit_denominator(FPS_MAX_DENOMINATOR)
     enc = av.CodecContext.create("libx264", "w")
     enc.width, enc.height, enc.pix_fmt = width, height, PIX_FMT
@@ -98,12 +111,22 @@ def encode(yuv: list[np.ndarray], width: int, height: int, bitrate: int, fps: fl
         options["x264-params"] = f"asm={asm}"
     enc.options = options
     packets: list[bytes] = []
+    pts: list[int | None] = []
+
+    def take(out):
+        for p in out:
+            packets.append(bytes(p))
+            pts.append(p.pts)
+
     for i, planes in enumerate(yuv):
-        frame = av.VideoFrame.from_ndarray(planes, format=PIX_FMT)
+        if isinstance(planes, av.VideoFrame):
+            frame = planes
+        else:
+            frame = av.VideoFrame.from_ndarray(planes, format=PIX_FMT)
         frame.pts = i
-        packets.extend(bytes(p) for p in enc.encode(frame))
-    packets.extend(bytes(p) for p in enc.encode(None))
-    return packets, bytes(enc.extradata or b"")
+        take(enc.encode(frame))
+    take(enc.encode(None))
+    return packets, pts, bytes(enc.extradata or b"")
 
 
 def decode(packets: list[bytes], extradata: bytes, wanted: set[int] | None
@@ -129,19 +152,58 @@ def decode(packets: list[bytes], extradata: bytes, wanted: set[int] | None
     return kept, count, (str(dec.pix_fmt), str(dec.profile))
 
 
+def decode_sampled(packets: list[bytes], pts: list[int | None], extradata: bytes, wanted: set[int]
+                   ) -> tuple[dict[int, np.ndarray], tuple[str, str]] | None:
+    """The frames of display indices `wanted` (RGB, as decode() gives them) when the packets carry the display
+    indices 0..n-1 once each (one frame per packet, as x264 writes them): packets of non-reference frames that are
+    not wanted are skipped by the decoder (no other frame refers to them, so every wanted frame is the same pixels
+    as in a full decode: tests/test_render_decode.py checks it against decode()), and decoding stops once every
+    wanted frame is out. None when the packets are not numbered so (then decode() everything)."""
+    if sorted(p for p in pts if p is not None) != list(range(len(packets))):
+        return None
+    dec = av.CodecContext.create("h264", "r")
+    dec.extradata = extradata
+    dec.thread_count = 1
+    kept: dict[int, np.ndarray] = {}
+
+    def take(frames):
+        for f in frames:
+            if f.pts in wanted and f.pts not in kept:
+                kept[f.pts] = f.to_ndarray(format="rgb24", interpolation="BICUBIC")
+
+    for data, t in zip(packets, pts):
+        dec.skip_frame = "DEFAULT" if t in wanted else "NONREF"
+        packet = av.Packet(data)
+        packet.pts = t
+        take(dec.decode(packet))
+        if len(kept) == len(wanted):
+            break
+    else:
+        dec.skip_frame = "DEFAULT"
+        take(dec.decode(None))
+    if len(kept) != len(wanted):
+        return None
+    return kept, (str(dec.pix_fmt), str(dec.profile))
+
+
 @register("h264_compression", order=5, level="low", full_video=True)
 def h264_compression(ctx: ClipContext, severity: int, rng: np.random.Generator):
-    """Real libx264 encode + decode of the full clip at the severity's bitrate, then 12 uniform frames (s2.6)."""
+    """Real libx264 encode + decode of the full clip at the severity's bitrate, then 12 uniform frames
+    (docs/faithfulness.md: H.264 compression)."""
     bitrate = BITRATES[severity - 1]
     fps = _fps(ctx)
     n, h, w = ctx.video.shape[:3]
-    packets, extradata = encode(_yuv_frames(ctx), w, h, bitrate, fps)
+    packets, pts, extradata = _encode(_yuv_frames(ctx), w, h, bitrate, fps)
     nbytes = sum(len(p) for p in packets)
     wanted = uniform_indices(n, ctx.num_frames)
-    kept, count, (pix_fmt, profile) = decode(packets, extradata, set(int(i) for i in wanted))
-    if count != n:  # the codec dropped or added frames: sample from what it returned, as the reference does
-        kept, count, _ = decode(packets, extradata, None)
-        wanted = uniform_indices(count, ctx.num_frames)
+    sampled = decode_sampled(packets, pts, extradata, set(int(i) for i in wanted))
+    if sampled is not None:  # one frame per packet, display indices 0..n-1: the stream holds the n frames
+        (kept, (pix_fmt, profile)), count = sampled, len(packets)
+    else:
+        kept, count, (pix_fmt, profile) = decode(packets, extradata, set(int(i) for i in wanted))
+        if count != n:  # the codec dropped or added frames: sample from what it returned, as the reference does
+            kept, count, _ = decode(packets, extradata, None)
+            wanted = uniform_indices(count, ctx.num_frames)
     frames = np.stack([kept[int(i)] for i in wanted])
     meta = {
         "faithful": True,
@@ -157,6 +219,6 @@ def h264_compression(ctx: ClipContext, severity: int, rng: np.random.Generator):
         "fps": fps,
         "fps_source": "asset" if ctx.assets.get("fps") is not None else "default",
         "encoded_frames": n,
-        "decoded_frames": count,
+        "decoded_frames": count,  # frames in the decoded stream (only the sampled ones are converted to RGB)
     }
     return frames, meta

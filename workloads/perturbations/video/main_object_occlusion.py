@@ -40,7 +40,7 @@ from typing import Any, Mapping
 import cv2
 import numpy as np
 
-from workloads.perturbations.video._registry import AssetNeeds, ClipContext, register
+from workloads.perturbations.video._registry import AssetNeeds, ClipContext, neighbour_frames, register
 from workloads.seeding import file_digest
 
 AREA_RATIOS = tuple(float(r) for r in np.linspace(0.3, 0.8, 5))
@@ -174,7 +174,10 @@ def locate_main_objects(video: np.ndarray, indices: np.ndarray) -> dict[str, lis
     distance of the blurred Lab pixel from the frame's mean Lab colour). Both are normalised to [0, 1]; the map is
     0.6 * motion + 0.4 * saliency when the clip moves (saliency alone for a static clip), Otsu-thresholded, opened,
     and the connected component with the largest summed map (at least 0.2% of the frame) gives the box."""
-    video = np.asarray(video)
+    from workloads.video_io import SparseVideo
+
+    if not isinstance(video, SparseVideo):  # a SparseVideo holds the sampled frames and their neighbours
+        video = np.asarray(video)
     n, h, w, _ = video.shape
     indices = [int(i) for i in indices]
     scale = min(1.0, 160.0 / max(h, w))  # work at <= 160 px for speed; boxes are scaled back
@@ -235,7 +238,8 @@ def _assets_version(paths: Mapping[str, str | None], context: Mapping[str, str])
     return "boxes:" + file_digest(paths["main_objects"]) if paths.get("main_objects") else "builtin"
 
 
-@register("main_object_occlusion", order=8, level="mid", assets=AssetNeeds(("main_objects",), _assets_version))
+@register("main_object_occlusion", order=8, level="mid", frames=neighbour_frames,
+          assets=AssetNeeds(("main_objects",), _assets_version))
 def main_object_occlusion(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """Black patch of area ratio 0.30..0.80 of the main object's box, re-drawn per frame."""
     source = ctx.assets.get("main_objects")

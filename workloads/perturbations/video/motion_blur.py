@@ -1,4 +1,4 @@
-"""Motion blur, motion-adaptive (s2.7).
+"""Motion blur, motion-adaptive (docs/faithfulness.md: Motion blur and video defocus).
 
 Per sampled index k, Farneback flow between original frames k-1 and k gives a high-motion mask (magnitude >= 75th
 percentile) and one global direction. Two linear kernels at that angle, short = [5,7,9,11,13] and long =
@@ -12,15 +12,16 @@ import numpy as np
 
 from workloads.perturbations.video._blur import line_kernel
 from workloads.perturbations.video._flow import frame_filter, motion_stats
-from workloads.perturbations.video._registry import ClipContext, register
+from workloads.perturbations.video._registry import ClipContext, flow_frames, register
 
 SHORT = (5, 7, 9, 11, 13)
 LONG = (9, 13, 17, 21, 25)
 
 
-@register("motion_blur", order=6, level="mid", full_video=True)
+@register("motion_blur", order=6, level="mid", full_video=True, frames=flow_frames)
 def motion_blur(ctx: ClipContext, severity: int, rng: np.random.Generator):
-    """Motion-adaptive linear motion blur from Farneback flow between original frames k-1 and k (s2.7)."""
+    """Motion-adaptive linear motion blur from Farneback flow between original frames k-1 and k
+    (docs/faithfulness.md: Motion blur and video defocus)."""
     short_len, long_len = SHORT[severity - 1], LONG[severity - 1]
     masks, angles = motion_stats(ctx)
     filt = frame_filter(ctx)

@@ -300,4 +300,5 @@ def style_transfer(ctx: ClipContext, severity: int, rng: np.random.Generator):
     return out, meta
 
 
-__all__ = ["ALPHAS", "style_transfer", "proxy_stylize", "proxy_stylized", "builtin_styles", "list_style_images", "read_style_image"]
+__all__ = ["ALPHAS", "style_transfer", "proxy_stylize", "proxy_stylized", "builtin_styles", "list_style_images",
+           "read_style_image"]

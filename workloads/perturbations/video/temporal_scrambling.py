@@ -53,7 +53,13 @@ def scrambled_indices(n: int, num_frames: int, severity: int, rng: np.random.Gen
     return picked.astype(np.int64), info
 
 
-@register("temporal_scrambling", order=11, level="high", full_video=True)
+def _scrambled_frames(n: int, indices: np.ndarray, severity: int, seed: int) -> set[int]:
+    """The frames a rendering reads: the same draw as temporal_scrambling's, whose stream is default_rng(seed)
+    (workloads/perturbations/video/__init__.py: _render_one) and whose first use is scrambled_indices."""
+    return {int(i) for i in scrambled_indices(n, len(indices), severity, np.random.default_rng(seed))[0]}
+
+
+@register("temporal_scrambling", order=11, level="high", full_video=True, frames=_scrambled_frames)
 def temporal_scrambling(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """Trim head/tail, scramble chunks of the middle, sample T frames from it."""
     idx, info = scrambled_indices(len(ctx.video), ctx.num_frames, severity, rng)

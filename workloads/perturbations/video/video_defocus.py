@@ -1,4 +1,4 @@
-"""Video defocus, motion-adaptive (s2.8).
+"""Video defocus, motion-adaptive (docs/faithfulness.md: Motion blur and video defocus).
 
 Same flow machinery as motion_blur (shared per clip): a disk kernel of radius r = [3,4,6,8,10] (normalised, then
 Gaussian-smoothed with sigma 0.1) blurs the frame, and a disk of radius 2r replaces it where the flow magnitude is
@@ -10,14 +10,15 @@ import numpy as np
 
 from workloads.perturbations.video._blur import disk_kernel
 from workloads.perturbations.video._flow import frame_filter, motion_stats
-from workloads.perturbations.video._registry import ClipContext, register
+from workloads.perturbations.video._registry import ClipContext, flow_frames, register
 
 RADII = (3, 4, 6, 8, 10)
 
 
-@register("video_defocus", order=7, level="mid", full_video=True)
+@register("video_defocus", order=7, level="mid", full_video=True, frames=flow_frames)
 def video_defocus(ctx: ClipContext, severity: int, rng: np.random.Generator):
-    """Motion-adaptive disk defocus (radius r, 2r in high-motion pixels) from Farneback flow (s2.8)."""
+    """Motion-adaptive disk defocus (radius r, 2r in high-motion pixels) from Farneback flow
+    (docs/faithfulness.md: Motion blur and video defocus)."""
     radius = RADII[severity - 1]
     masks, _ = motion_stats(ctx)
     filt = frame_filter(ctx)

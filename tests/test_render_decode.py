@@ -1,0 +1,101 @@
+"""Renders decode only the frames their types read (workloads/perturbations/video/__init__.py: read_for), and H.264
+converts only the sampled frames of its decoded stream (h264_compression.decode_sampled): both must give the same
+bytes as decoding everything."""
+from __future__ import annotations
+
+import av
+import numpy as np
+import pytest
+
+from workloads.perturbations.video import NAMES, read_for, render_many
+from workloads.perturbations.video import h264_compression as h264
+from workloads.perturbations.video._registry import ClipContext, frames_needed
+from workloads.video_io import SparseVideo, read_video, read_video_frames, uniform_indices
+
+
+def _clip(n: int = 72, h: int = 48, w: int = 64) -> np.ndarray:
+    rng = np.random.default_rng(3)
+    tex = rng.integers(0, 256, (h + 2 * n, w + 3 * n, 3), dtype=np.uint8)
+    return np.stack([tex[t:t + h, 2 * t:2 * t + w] for t in range(n)])
+
+
+@pytest.fixture(scope="module")
+def video_file(tmp_path_factory):
+    """An H.264 mp4 with B-frames and a keyframe every 16 frames, so the seeking reader seeks and skips."""
+    path = tmp_path_factory.mktemp("decode") / "clip.mp4"
+    frames = _clip()
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.codec_context.thread_count = 1
+        stream.options = {"preset": "veryfast", "threads": "1", "x264-params": "mbtree=0:keyint=16:bframes=3"}
+        for f in frames:
+            for p in stream.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+                container.mux(p)
+        for p in stream.encode():
+            container.mux(p)
+    return path
+
+
+def test_every_type_alone_renders_the_same_bytes_from_its_frames_only(video_file):
+    full = read_video(video_file)
+    sparse_types = set()
+    for name in NAMES:
+        for severity in (1, 5):
+            req = [(name, severity, 11)]
+            stats: dict = {}
+            video = read_for(video_file, req, stats=stats)
+            ours = render_many(video, req, clip_seed=5, fps=30.0)[0]
+            ref = render_many(full, req, clip_seed=5, fps=30.0)[0]
+            assert np.array_equal(ours.frames, ref.frames), (name, severity)
+            assert ours.meta == ref.meta, (name, severity)
+            if isinstance(video, SparseVideo):
+                sparse_types.add(name)
+                assert len(video.indices) < len(full)
+    # only H.264 reads every frame; the others (motion blur and defocus: sampled frames and the ones before them,
+    # temporal scrambling: its own draw) decode a part
+    assert sparse_types == set(NAMES) - {"h264_compression"}
+
+
+def test_all_types_together_render_the_same_bytes(video_file):
+    full = read_video(video_file)
+    req = [(n, s, 2) for n in NAMES if n != "h264_compression" for s in (1, 3, 5)]
+    video = read_for(video_file, req)
+    assert isinstance(video, SparseVideo)
+    for a, b in zip(render_many(video, req, clip_seed=1), render_many(full, req, clip_seed=1)):
+        assert np.array_equal(a.frames, b.frames), (a.name, a.severity)
+
+
+def test_sparse_video_holds_read_videos_pixels_and_refuses_the_rest(video_file):
+    full = read_video(video_file)
+    pick = [0, 15, 16, 17, 40, 71]
+    video = read_video_frames(video_file, lambda n: pick)
+    assert isinstance(video, SparseVideo) and video.shape == full.shape and len(video) == len(full)
+    assert video.indices == pick
+    assert np.array_equal(video[np.array(pick)], full[pick]) and np.array_equal(video[-1], full[-1])
+    with pytest.raises(KeyError, match="frame 3 of 72 was not decoded"):
+        video[3]
+    with pytest.raises(TypeError, match="index it"):
+        np.asarray(video)
+    assert isinstance(read_video_frames(video_file, lambda n: None), np.ndarray)  # None: everything
+
+
+def test_frames_needed_by_type():
+    n, idx = 72, uniform_indices(72, 12)
+    assert frames_needed([("gaussian_noise", 3, 0)], n) == set(idx.tolist())
+    assert frames_needed([("motion_blur", 3, 0)], n) == set(idx.tolist()) | set((idx - 1).tolist())
+    assert frames_needed([("gaussian_noise", 3, 0), ("h264_compression", 1, 0)], n) is None
+
+
+def test_h264_sampled_decode_equals_full_decode():
+    clip = _clip(60, 48, 64)
+    yuv = h264._yuv_frames(ClipContext(clip))
+    wanted = {int(i) for i in uniform_indices(len(clip), 12)}
+    for bitrate in (500_000, 25_000):
+        packets, pts, extradata = h264._encode(yuv, 64, 48, bitrate, 30.0)
+        kept, info = h264.decode_sampled(packets, pts, extradata, wanted)
+        full, count, full_info = h264.decode(packets, extradata, wanted)
+        assert count == len(clip) and info == full_info and set(kept) == wanted
+        assert all(np.array_equal(kept[i], full[i]) for i in wanted), bitrate
+        # the packets' timestamps are what identifies frames: without them, no shortcut
+        assert h264.decode_sampled(packets, [None] * len(packets), extradata, wanted) is None
