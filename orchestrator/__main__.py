@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
+from pathlib import Path
 
 EXAMPLES = {
     "submit": """examples:
@@ -163,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except (OSError, ValueError, TrackingUnavailable, ClusterError) as err:  # one-line errors: grid, plan, store, disk
+        if isinstance(err, OSError) and (err.errno == errno.ENOSPC or "[errno 28]" in str(err).lower()):
+            where = " or ".join(dict.fromkeys(str(Path(d).resolve()) for d in (
+                getattr(args, "results_dir", None), getattr(args, "cache_dir", None)) if d))
+            print(f"error: disk full under {where or 'the results directory'} (No space left on device); the ledger "
+                  "keeps every result written so far: free space and run resume", file=sys.stderr)
+            return 2
         print(f"error: {err}", file=sys.stderr)
         return 2
 

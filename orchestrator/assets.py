@@ -58,7 +58,9 @@ def prepare_video_assets(plan, dataset: str, perturbation: str, embedder_path: s
     needs = perturbation_info(perturbation).assets
     ds = plan.datasets[dataset]
     gpus = 1 if plan.grid.runtime.gpus_per_trial > 0 else 0
-    cpus = 1 if gpus else max(1, int(ray.available_resources().get("CPU", 1)))
+    from orchestrator import ray_env
+
+    cpus = 1 if gpus else ray_env.largest_node_cpus()   # fits on one node
     task = ray.remote(num_cpus=cpus, num_gpus=gpus)(_prepare_task)
     paths = asset_paths(plan.grid, dataset)
     result = ray.get(task.remote(perturbation, dataset, ds.root, ds.options, {k: paths.get(k) for k in needs.keys},

@@ -29,9 +29,19 @@ def check_resources(gpus_per_trial: float, cpus_per_trial: float) -> None:
     if gpus_per_trial > 0 and total.get("GPU", 0) == 0:
         raise ClusterError(f"runtime.gpus_per_trial is {gpus_per_trial} but the Ray cluster has no GPU: set "
                            "gpus_per_trial: 0 to run on CPUs, or join a cluster with GPUs (--address)")
-    if cpus_per_trial > total.get("CPU", 0):
-        raise ClusterError(f"runtime.cpus_per_trial is {cpus_per_trial} but the Ray cluster has "
-                           f"{total.get('CPU', 0):g} CPUs: lower it")
+    largest = largest_node_cpus() if total.get("CPU", 0) else 0
+    if cpus_per_trial > largest:
+        raise ClusterError(f"runtime.cpus_per_trial is {cpus_per_trial} but the largest node of the Ray cluster has "
+                           f"{largest:g} CPUs: lower it")
+
+
+def largest_node_cpus() -> int:
+    """CPUs of the largest alive node: a task asking for more than one node has never starts (on a cluster the
+    cluster-wide total, which `ray.available_resources()` gives, is more than any single node holds)."""
+    import ray
+
+    sizes = [n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
+    return max(1, int(max(sizes, default=1)))
 
 
 def auth_token_hint() -> str:
@@ -60,10 +70,42 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard
                        log_to_driver=True, logging_level="WARNING",
                        runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}})
     else:
-        ctx = ray.init(address=address, log_to_driver=True, logging_level="WARNING")
+        use_cluster_token()
+        try:
+            ctx = ray.init(address=address, log_to_driver=True, logging_level="WARNING")
+        except ConnectionError as err:
+            if "AuthenticationError" not in repr(err.__cause__) and "InvalidAuthToken" not in str(err.__cause__):
+                raise
+            raise ClusterError(f"the Ray cluster at {address} refused this driver's token: copy the head's token "
+                               "(`ray get-auth-token` there) to ~/.ray/auth_token here, or set RAY_AUTH_TOKEN"
+                               ) from None
     url = ctx.dashboard_url
     return {"dashboard_url": f"http://{url}" if url and not url.startswith("http") else url,
             "address": ctx.address_info.get("address") or ctx.address_info.get("gcs_address")}
+
+
+def use_cluster_token() -> None:
+    """Joining a cluster by address: send the token when one is at hand. `ray start --head` turns token auth on by
+    itself when a token exists (~/.ray/auth_token, RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH), but a driver given an explicit
+    `--address` does not, and then fails with 20+ InvalidAuthToken lines and a traceback. An explicit RAY_AUTH_MODE
+    is left as it is."""
+    if os.environ.get("RAY_AUTH_MODE") is not None:
+        return
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+
+        has_token = AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True)
+    except Exception:  # Ray without token auth
+        has_token = bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+                         or Path("~/.ray/auth_token").expanduser().is_file())
+    if has_token:
+        os.environ["RAY_AUTH_MODE"] = "token"
+        try:  # Ray caches its config at import: refresh it, as Ray's own ray start does
+            from ray._raylet import Config
+
+            Config.initialize("")
+        except Exception:
+            pass
 
 
 def stop_ray() -> None:

@@ -145,7 +145,9 @@ def prepare_models(plan: Plan, console: Console) -> dict[str, dict[str, Any]]:
         seen.add(path)
         pending.append((m.backbone, m.train_dataset, m, path))
     gpus = 1 if plan.grid.runtime.gpus_per_trial > 0 else 0
-    cpus = max(1, int(ray.available_resources().get("CPU", 1))) if not gpus else 1
+    from orchestrator import ray_env
+
+    cpus = ray_env.largest_node_cpus() if not gpus else 1   # fits on one node
     task = ray.remote(num_cpus=cpus, num_gpus=gpus)(_finetune_task)
     for backbone, ds, m, path in pending:  # in plan order: clip4clip before the X-Pool that starts from it
         dsp = plan.datasets[ds]
@@ -188,6 +190,7 @@ def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
     ledger = TrialLedger(paths.ledger)
     if not opts.dry_run:
         plan = build_plan(grid, paths)
+    check_hub_k(plan)
     plan.notes.extend(missing_videos(plan))   # all at once, before anything starts; none of a split's: PlanError
     todo, status = select_trials(plan, ledger, opts.only_failed, opts.rerun, opts.incomplete)
     done_before = sum(1 for s in status.values() if s == "ok")
@@ -213,6 +216,20 @@ def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
     finally:
         if opts.address is None:
             ray_env.stop_ray()
+
+
+def check_hub_k(plan: Plan) -> None:
+    """runtime.hub_k counts how often each gallery item is among a query's k nearest: a k above a target's gallery
+    size is an error up front (one line), not a failure in every trial."""
+    k = plan.grid.runtime.hub_k
+    for name in dict.fromkeys(t.dataset for t in plan.trials):
+        try:
+            n = len(plan.datasets[name].test)
+        except (KeyError, TypeError, AttributeError):   # size unknown before the data is on disk
+            continue
+        if n and k > n:
+            raise ValueError(f"runtime.hub_k is {k} but the test split of {name} has {n} items (the gallery): "
+                             f"set hub_k to at most {n} (the paper uses 10)")
 
 
 def check_writable(folder: Path) -> None:

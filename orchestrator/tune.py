@@ -46,13 +46,20 @@ class TrialEnvironment:
 
 def trial_trainable(config: dict[str, Any], env: dict[str, Any]) -> None:
     """The Tune function trainable: run one trial and report its full result once."""
+    import ray
+
+    from orchestrator.fault_injection import maybe_fail
     from workloads.trial import run
 
     spec = TrialSpec.from_dict(config["spec"])
     _name_worker(spec)
+    maybe_fail(spec.key)   # test-only (MLVP_TEST_FAULT_RATE); a no-op otherwise
     result = run(spec, TrialEnvironment(**env).context_for(spec))
     metrics = {k: v for k, v in result.metrics.items() if k in ("R1", "R5", "R10", "MdR", "MnR")}
-    tune.report({"trial_ok": result.status == "ok", **metrics, "result_json": json.dumps(result.to_dict())})
+    # where it ran, for the ledger: which node of a cluster, which worker process (tests/test_cluster.py reads them)
+    where = {"ray_node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+    tune.report({"trial_ok": result.status == "ok", **metrics,
+                 "result_json": json.dumps({**result.to_dict(), **where})})
 
 
 def _name_worker(spec: TrialSpec) -> None:
@@ -102,12 +109,52 @@ class TrialRecorder(tune.Callback):
         if trial.trial_id in self.seen:
             return
         self.seen.add(trial.trial_id)
-        try:
-            err = trial.get_error()
-            message = f"{type(err).__name__}: {err}" if err is not None else "worker failed"
-        except Exception:  # never let bookkeeping kill the run
-            message = "worker failed (no error recorded by Tune)"
-        self.on_crash(trial.config["spec"], message)
+        self.on_crash(trial.config["spec"], trial_error_message(trial))
+
+
+def trial_error_message(trial) -> str:
+    """One line for a trial Tune gave up on: the worker's own exception (`RuntimeError: ...`), not the RayTaskError
+    traceback around it. Read from Tune's local copy in the trial folder: `trial.get_error()` reads the storage path,
+    which Tune fills only when it next syncs, so in `on_trial_error` it returned nothing."""
+    try:
+        if trial.pickled_error_file and os.path.isfile(trial.pickled_error_file):
+            import cloudpickle
+
+            with open(trial.pickled_error_file, "rb") as f:
+                err = cloudpickle.load(f)
+            cause = getattr(err, "cause", None) or err   # RayTaskError wraps the worker's exception
+            text = str(cause).strip().splitlines()
+            return f"{type(cause).__name__}: {text[0] if text else ''}".strip()
+        text = ""
+        if trial.error_file and os.path.isfile(trial.error_file):
+            text = open(trial.error_file).read()
+        text = text or str(trial.get_error() or "")
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Failure #")]
+        return lines[-1] if lines else "worker failed (no error recorded by Tune)"
+    except Exception as err:  # never let bookkeeping kill the run
+        return f"worker failed (its error could not be read: {type(err).__name__})"
+
+
+class OneLineStateErrors(logging.Filter):
+    """Tune saves its experiment state under the results directory after every trial; when that fails (a full disk)
+    it logs a 20-line traceback each time. We do not need that state (the ledger is the record), so say it in one
+    line, once per cause."""
+
+    def __init__(self):
+        super().__init__()
+        self.said: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.exc_info or record.levelno < logging.ERROR:
+            return True
+        err = record.exc_info[1]
+        cause = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        if cause not in self.said:
+            self.said.add(cause)
+            where = record.getMessage().split("'")[1] if "'" in record.getMessage() else "the results directory"
+            print(f"Ray Tune could not save its experiment state under {where} ({cause}); the ledger keeps every "
+                  "result", flush=True)
+        return False
 
 
 def _ignore(*args: Any) -> None:
@@ -138,8 +185,12 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment, *, storage_path: s
     analysis_log = logging.getLogger("ray.tune.analysis.experiment_analysis")
     level = analysis_log.level
     analysis_log.setLevel(logging.ERROR)
+    state_log = logging.getLogger("ray.tune.execution.experiment_state")
+    one_line = OneLineStateErrors()
+    state_log.addFilter(one_line)
     try:
         grid = tuner.fit()
     finally:
         analysis_log.setLevel(level)
+        state_log.removeFilter(one_line)
     return grid, time.time() - t0
