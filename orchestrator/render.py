@@ -270,16 +270,17 @@ class RenderStream:
 
     def __init__(self, plan: Plan, on_ready, *, assets: dict[str, dict[str, Any]] | None = None,
                  actors: int | None = None, progress=None, actor_cls=None, actor_kwargs: dict | None = None,
-                 plan_rows=None):
+                 plan_rows=None, cpus_per_actor: float = 1):
         self.plan, self.on_ready = plan, on_ready
         self.assets, self.actors = assets or {}, actors
         self.progress, self.task = progress, None
         self.actor_cls = actor_cls or RenderActor
-        self.actor_kwargs = actor_kwargs
+        self.actor_kwargs, self.cpus_per_actor = actor_kwargs, cpus_per_actor
         self.plan_rows = plan_rows or (lambda sets, va: plan_set_rows(self.plan, RenderCache(self.plan.paths.render),
                                                                         sets, va))
         self.summary = RenderSummary()
         self.ready_at: dict[RenderSet, float] = {}
+        self.first_output_at: float | None = None     # the first clip out of the actor pool (its start-up before)
         self.error: BaseException | None = None
         self._queue: queue.Queue = queue.Queue()
         self._stop = threading.Event()
@@ -352,13 +353,15 @@ class RenderStream:
             "cache_root": str(self.plan.paths.render), "seed": self.plan.grid.seed,
             "num_frames": self.plan.grid.runtime.num_frames, "resolution": self.plan.resolution,
             "assets": self.assets}
-        ds = ds.map_batches(self.actor_cls, batch_size=1, compute=ray.data.ActorPoolStrategy(size=size), num_cpus=1,
-                            fn_constructor_kwargs=kwargs)
+        ds = ds.map_batches(self.actor_cls, batch_size=1, compute=ray.data.ActorPoolStrategy(size=size),
+                            num_cpus=self.cpus_per_actor, fn_constructor_kwargs=kwargs)
         with quiet_ray_data():
             for row in ds.iter_rows():
                 if self._stop.is_set():
                     return
                 n = int(row.get("clips", 1))
+                if self.first_output_at is None:
+                    self.first_output_at = time.time()
                 self.summary.count(row, n)
                 rs = (row["dataset"], row["perturbation"], int(row["severity"]))
                 remaining[rs] -= n

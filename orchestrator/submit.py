@@ -72,6 +72,9 @@ class SubmitReport:
     render: Any = None
     check: Any = None                         # orchestrator.check.CheckReport
     seconds: float = 0.0
+    # when things became ready (time.time()): "start", "trials_from" (the first trial handed to Tune) and
+    # "render:<dataset>/<perturbation>/<severity>" per render set rendered now (orchestrator/render.py)
+    timeline: dict[str, float] = field(default_factory=dict)
 
 
 def make_console() -> Console:
@@ -267,6 +270,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from orchestrator.check import trial_environment
+    from orchestrator.render import set_need
     from orchestrator.tune import ReadyGate, run_trials
 
     opts = opts or SubmitOptions()
@@ -312,6 +316,8 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
             pass
         raise
     summary = report.render = pipeline.stream.summary
+    report.timeline = {"start": pipeline.t0, "trials_from": gate.first_ready or 0.0,
+                       **{set_need(*rs): t for rs, t in pipeline.stream.ready_at.items()}}
     pipeline.print_render(console)
     recorder.counts["ok"] += pipeline.checked   # the clean source cells `check` ran (logged to MLflow by sync_store)
     if pipeline.checked:
@@ -376,6 +382,7 @@ class Pipeline:
         self.stream = None
         self.deferred: list = []
         self.model_refs: dict[str, Any] = {}
+        self.t0 = time.time()
         self._thread = threading.Thread(target=self._stage, name="submit-stages", daemon=True)
 
     def start(self) -> None:
