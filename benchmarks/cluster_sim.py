@@ -125,7 +125,9 @@ class CostModel:
 
 
 class SleepRenderActor:
-    """Stands in for orchestrator.render.RenderActor: a row is `clips` clips of one set; it sleeps their cost."""
+    """Stands in for orchestrator.render.RenderActor: a row is a chunk of `clips` videos x the severities of one
+    (dataset, perturbation) group; it sleeps their cost and reports one output row per set (the real actor: per clip,
+    the stream counts `clips` of them)."""
 
     def __init__(self, scale: float):
         self.scale = scale   # real seconds -> sleep seconds, divided by the CPUs the actor stands for
@@ -134,18 +136,19 @@ class SleepRenderActor:
         out = {k: [] for k in ("dataset", "video_id", "video_path", "perturbation", "severity", "status", "error",
                                "faithful", "fallback", "seconds", "clips")}
         for i in range(len(batch["dataset"])):
+            severities = json.loads(batch["severities"][i])
             time.sleep(float(batch["cost"][i]) * self.scale)
-            for k in ("dataset", "perturbation", "severity", "clips"):
-                out[k].append(batch[k][i])
-            for k, v in (("video_id", ""), ("video_path", ""), ("status", "ok"), ("error", ""), ("faithful", True),
-                         ("fallback", ""), ("seconds", 0.0)):
-                out[k].append(v)
+            for sev in severities:
+                for k, v in (("dataset", batch["dataset"][i]), ("perturbation", batch["perturbation"][i]),
+                             ("severity", sev), ("clips", batch["clips"][i]), ("video_id", ""), ("video_path", ""),
+                             ("status", "ok"), ("error", ""), ("faithful", True), ("fallback", ""), ("seconds", 0.0)):
+                    out[k].append(v)
         return out
 
 
 def sim_rows(cost: CostModel, videos_per_row: int):
-    """RenderStream's `plan_rows` for the sim: like plan_set_rows (one group per (dataset, perturbation), groups in
-    set order), but a row is a chunk of `videos_per_row` videos x the group's severities, sleeping their cost."""
+    """RenderStream's `plan_rows` for the sim, like plan_set_rows (one group per (dataset, perturbation), groups in
+    set order, a row = videos x the group's severities) but a row is a chunk of `videos_per_row` videos."""
     def plan_rows(sets, _video_assets):
         groups: dict = {}
         for d, p, s in sets:
@@ -155,25 +158,41 @@ def sim_rows(cost: CostModel, videos_per_row: int):
             n = cost.clips[d]
             for start in range(0, n, videos_per_row):
                 k = min(videos_per_row, n - start)
-                for s in severities:   # one output row per set and chunk (the real actor: per clip)
-                    rows.append({"dataset": d, "perturbation": p, "severity": s, "clips": k,
-                                 "cost": k * cost.sec_per_clip[d]})
+                rows.append({"dataset": d, "perturbation": p, "severities": json.dumps(severities), "clips": k,
+                             "cost": k * len(severities) * cost.sec_per_clip[d]})
         return rows, {rs: cost.clips[rs[0]] for rs in sets}, 0
     return plan_rows
 
 
-def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap: bool, executor: str,
-               videos_per_row: int, slots: int, cpus_per_trial: float, gpus_per_trial: float,
-               cpus_per_actor: int = 1) -> dict:
-    import ray
-
-    from orchestrator.render import RenderStream, ordered_sets
-    from orchestrator.submit import trial_needs
-    from orchestrator.tune import ReadyGate
+def set_order(plan, cost: CostModel, order: str, render_cpus: int, slots: int):
+    """(render sets in render order, trials in the same order): `plan` as submit does (first need in plan order,
+    clean sets first), `johnson` by the cost model (orchestrator/render.py johnson_order)."""
+    from orchestrator.render import johnson_order, ordered_sets, trial_render_sets
 
     sets = ordered_sets(plan, plan.trials)
     sets = [rs for rs in sets if rs[1] == "clean"] + [rs for rs in sets if rs[1] != "clean"]
-    gate = ReadyGate(plan.trials, lambda t: [n for n in trial_needs(plan, t) if n.startswith("render:")])
+    if order == "johnson":
+        gpu: dict = {}
+        for t in plan.trials:
+            for rs in trial_render_sets(t):
+                gpu[rs] = gpu.get(rs, 0.0) + cost.trial(t) / len(trial_render_sets(t))
+        sets = johnson_order(sets, lambda rs: cost.render_set(rs) / render_cpus, lambda rs: gpu.get(rs, 0.0) / slots)
+    index = {rs: i for i, rs in enumerate(sets)}
+    trials = sorted(plan.trials, key=lambda t: max(index[rs] for rs in trial_render_sets(t)))
+    return sets, trials
+
+
+def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap: bool, executor: str,
+               videos_per_row: int, slots: int, cpus_per_trial: float, gpus_per_trial: float,
+               cpus_per_actor: int = 1, order: str = "johnson") -> dict:
+    import ray
+
+    from orchestrator.render import RenderStream
+    from orchestrator.submit import trial_needs
+    from orchestrator.tune import ReadyGate
+
+    sets, trials = set_order(plan, cost, order, render_actors, slots)
+    gate = ReadyGate(trials, lambda t: [n for n in trial_needs(plan, t) if n.startswith("render:")])
     workers = []
     if executor != "tune":
         @ray.remote(num_cpus=cpus_per_trial, num_gpus=gpus_per_trial)
@@ -210,7 +229,7 @@ def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap:
             tune.report({"result_json": json.dumps({"ok": True})})
 
         costs_ref = costs
-        run_trials(plan.trials, None, storage_path=str(Path(tempfile.mkdtemp()) / "tune"), name="sim",
+        run_trials(trials, None, storage_path=str(Path(tempfile.mkdtemp()) / "tune"), name="sim",
                    cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, max_failures=0,
                    max_concurrent=None, on_result=lambda r: done_at.append(time.time()),
                    on_crash=lambda *a: None, gate=gate, trainable=trainable)
@@ -230,7 +249,10 @@ def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap:
                     break
                 time.sleep(0.01)
                 continue
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=0.05)
+            refs = list(running)
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0.005)   # every slot that is done
+            if not ready:
+                ready, _ = ray.wait(refs, num_returns=1, timeout=0.05)
             for ref in ready:
                 done_at.append(ray.get(ref))
                 idle.append(running.pop(ref))
@@ -261,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--executor", choices=("slots", "tune"), default="slots",
                     help="trials through one actor per GPU slot (default) or the real run_trials (Ray Tune)")
     ap.add_argument("--designs", type=str, default="overlap,staged", help="which designs to run, in order")
+    ap.add_argument("--order", choices=("johnson", "plan"), default="johnson",
+                    help="render-set order: by the cost model (Johnson's rule, default) or submit's plan order")
     args = ap.parse_args(argv)
 
     import ray
@@ -307,10 +331,11 @@ def main(argv: list[str] | None = None) -> int:
             actors = cpus_for_render if overlap else args.cpus   # staged: every CPU renders (today's default)
             t = time.time()
             r = run_design(plan, cost, scale, actors, overlap, args.executor, args.videos_per_row, slots,
-                           rt.cpus_per_trial, rt.gpus_per_trial, args.cpus_per_actor)
+                           rt.cpus_per_trial, rt.gpus_per_trial, args.cpus_per_actor, args.order)
             results[design] = r
             net = r["net"] = r["makespan"] - r["startup"]
-            print(f"{design:8s} makespan {r['makespan']:6.1f} s, {net:6.1f} s without the render pool's start-up "
+            print(f"{design} ({args.order} order): makespan {r['makespan']:6.1f} s, {net:6.1f} s without the "
+                  f"render pool's start-up "
                   f"({r['startup']:.1f} s) = {net / scale / 3600:5.2f} h real = {net / (lb * scale):.2f}x bound "
                   f"({net / (lb_all * scale):.2f}x the all-CPU bound); renders done at {r['render_done']:.1f} s, "
                   f"first trial done at {r['first_trial_done']:.1f} s, {r['trials']} trials ({time.time() - t:.0f}s)")

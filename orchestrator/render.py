@@ -119,6 +119,19 @@ def plan_render_rows(plan: Plan, cache: RenderCache, video_assets: dict[str, dic
     return rows, reused
 
 
+def johnson_order(sets: list[RenderSet], render_seconds, trial_seconds) -> list[RenderSet]:
+    """Render sets in the order that keeps both the CPUs and the GPUs busy when costs are known (Johnson's rule for a
+    two-stage flow shop, rendering then trials): first the sets whose rendering is shorter than their trials, by
+    rendering time ascending (the GPUs get work early), then the rest by trial time descending (short trial tails
+    last). `render_seconds(set)` and `trial_seconds(set)`: each stage's time per set on its whole pool of CPUs / GPU
+    slots. Used by benchmarks/cluster_sim.py with its cost model; `submit` keeps the plan order (no costs yet)."""
+    a = {rs: render_seconds(rs) for rs in sets}
+    b = {rs: trial_seconds(rs) for rs in sets}
+    first = sorted((rs for rs in sets if a[rs] < b[rs]), key=lambda rs: a[rs])
+    last = sorted((rs for rs in sets if a[rs] >= b[rs]), key=lambda rs: -b[rs])
+    return first + last
+
+
 def plan_set_rows(plan: Plan, cache: RenderCache, sets: list[RenderSet],
                   video_assets: dict[str, dict[str, dict]] | None = None
                   ) -> tuple[list[dict[str, Any]], dict[RenderSet, int], int]:
