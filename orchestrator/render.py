@@ -3,12 +3,24 @@
 One input row per source video lists every (perturbation, severity) the plan needs from it, so each video is decoded
 once and shared work (the uniform sample, optical flow) is done once across severities. Only small rows (paths,
 keys, statuses) travel through the object store: actors decode, perturb, resize and write to the cache themselves.
+
+`render` fills the cache and returns when every clip is there (the `render` command, `check`'s clean clips).
+`RenderStream` is what `submit` uses to overlap rendering with trials (docs/architecture.md, "Overlap"): a *render
+set* is one (dataset, perturbation, severity), every test clip of a dataset at one cell, the unit a trial reads.
+Sets are ordered by the first trial (in plan order) that needs them and rendered in groups, one group per
+(dataset, perturbation) so a video is still decoded once for its severities (and the optical flows shared); a row is
+one video x one group. A background thread streams the Ray Data output, counts each set's clips and calls
+`on_ready("render:<dataset>/<perturbation>/<severity>")` the moment its last clip is written (or failed: a trial runs
+on the clips that exist, as before), so the trials of the first sets run while later sets are still rendering.
+Groups whose assets need a checkpoint (event insertion's distractors) are added with `add` once it exists.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import logging
+import queue
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -16,6 +28,7 @@ from typing import Any
 
 from orchestrator.plan import Plan
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
+from workloads.spec import CLEAN, TrialSpec
 
 
 @dataclass
@@ -30,6 +43,52 @@ class RenderSummary:
     def line(self) -> str:
         return (f"render cache: {self.rendered} rendered, {self.reused} reused, {self.failed} failed "
                 f"({self.seconds:.1f}s)")
+
+    def count(self, row: dict[str, Any], n: int = 1) -> None:
+        """One output row of a render actor (n clips of one set)."""
+        if row["status"] == "ok":
+            self.rendered += n
+            if not row["faithful"]:
+                self.nonfaithful[row["perturbation"]] += n
+        else:
+            self.failed += n
+            self.failures.append({k: row[k] for k in ("dataset", "video_id", "video_path", "perturbation",
+                                                      "severity", "error")})
+
+
+RenderSet = tuple[str, str, int]     # (dataset, perturbation, severity)
+
+
+def set_need(dataset: str, perturbation: str, severity: int) -> str:
+    """The ReadyGate need (orchestrator/tune.py) a render set satisfies."""
+    return f"render:{dataset}/{perturbation}/{int(severity)}"
+
+
+def trial_render_sets(spec: TrialSpec) -> list[RenderSet]:
+    """The render sets a trial reads (as orchestrator/plan.py decides the renders): v2t queries at their cell (a mix:
+    every cell it draws and the clean clips), t2v galleries and clean cells the clean clips."""
+    if spec.direction != "v2t":
+        return [(spec.dataset, CLEAN, 0)]
+    if spec.mix:
+        from workloads.mixing import Mix
+
+        return [(spec.dataset, CLEAN, 0), *((spec.dataset, p, int(s)) for p, s in Mix.from_json(spec.mix).cells())]
+    return [(spec.dataset, spec.perturbation, int(spec.severity))]
+
+
+def ordered_sets(plan: Plan, trials: list[TrialSpec] | None = None) -> list[RenderSet]:
+    """Every render set of the plan, ordered by the first of `trials` (plan order) that reads it; sets no trial to run
+    reads come last (the render stage still fills them, as before)."""
+    planned = [(d, p, int(s)) for d, cells in plan.renders.items() for p, s in cells]
+    known = set(planned)
+    order: dict[RenderSet, None] = {}
+    for t in trials if trials is not None else plan.trials:
+        for rs in trial_render_sets(t):
+            if rs in known:
+                order.setdefault(rs, None)
+    for rs in planned:
+        order.setdefault(rs, None)
+    return list(order)
 
 
 def render_keys(plan: Plan, dataset: str, video_id: str) -> list[RenderKey]:
@@ -62,6 +121,51 @@ def plan_render_rows(plan: Plan, cache: RenderCache, video_assets: dict[str, dic
                              "video_id": pair.video_id, "video_path": pair.video_path, "requests": json.dumps(todo),
                              "extra_assets": json.dumps(extra)})
     return rows, reused
+
+
+def johnson_order(sets: list[RenderSet], render_seconds, trial_seconds) -> list[RenderSet]:
+    """Render sets in the order that keeps both the CPUs and the GPUs busy when costs are known (Johnson's rule for a
+    two-stage flow shop, rendering then trials): first the sets whose rendering is shorter than their trials, by
+    rendering time ascending (the GPUs get work early), then the rest by trial time descending (short trial tails
+    last). `render_seconds(set)` and `trial_seconds(set)`: each stage's time per set on its whole pool of CPUs / GPU
+    slots. Used by benchmarks/cluster_sim.py with its cost model; `submit` keeps the plan order (no costs yet)."""
+    a = {rs: render_seconds(rs) for rs in sets}
+    b = {rs: trial_seconds(rs) for rs in sets}
+    first = sorted((rs for rs in sets if a[rs] < b[rs]), key=lambda rs: a[rs])
+    last = sorted((rs for rs in sets if a[rs] >= b[rs]), key=lambda rs: -b[rs])
+    return first + last
+
+
+def plan_set_rows(plan: Plan, cache: RenderCache, sets: list[RenderSet],
+                  video_assets: dict[str, dict[str, dict]] | None = None
+                  ) -> tuple[list[dict[str, Any]], dict[RenderSet, int], int]:
+    """Rows for `sets` in their order, grouped by (dataset, perturbation) (a group starts where its first set is):
+    one row per video x group with the group's clips not cached yet. Returns (rows, clips to render per set,
+    clips reused)."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for d, p, s in sets:
+        groups.setdefault((d, p), []).append(s)
+    rows, todo_per_set, reused = [], {rs: 0 for rs in sets}, 0
+    seed, frames, res = plan.grid.seed, plan.grid.runtime.num_frames, plan.resolution
+    for (d, p), severities in groups.items():
+        ds = plan.datasets[d]
+        assets_version = plan.render_assets.get((d, p), "")
+        for pair in ds.test.pairs:
+            todo = []
+            for sev in severities:
+                key = RenderKey(d, ds.version, pair.video_id, p, sev, seed, frames, res, assets_version)
+                try:
+                    cache.probe(key)
+                    reused += 1
+                except (CacheMiss, CacheCorrupt):
+                    todo.append([p, sev, assets_version])
+                    todo_per_set[(d, p, sev)] += 1
+            if todo:
+                extra = (video_assets or {}).get(d, {}).get(pair.video_id, {})
+                rows.append({"dataset": d, "data_version": ds.version, "video_id": pair.video_id,
+                             "video_path": pair.video_path, "requests": json.dumps(todo),
+                             "extra_assets": json.dumps(extra)})
+    return rows, todo_per_set, reused
 
 
 class RenderActor:
@@ -163,3 +267,124 @@ def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
                        rate=f"{done / max(time.time() - t0, 1e-9):.1f}")
     summary.seconds = time.time() - t0
     return summary
+
+
+def actor_pool_size(actors: int | None, rows: int) -> int:
+    import ray
+
+    cpus = int(ray.available_resources().get("CPU", 1))
+    return max(1, min(actors or cpus, rows))
+
+
+class RenderStream:
+    """Render sets in the background, announcing each as it completes (module docstring).
+
+    `add(sets, video_assets)` queues a batch of sets (in order); one thread runs the batches one after another,
+    each through a Ray Data actor pool of `actors` CPU actors (`actor_cls`, by default RenderActor: the sim in
+    benchmarks/cluster_sim.py passes its own, which sleeps its cost). `on_ready(need)` is called from that thread for
+    every set: at once for sets already cached, else when its last clip comes out. `close()` says no batch follows;
+    `join()` waits for the rest and returns the summary (re-raising an error of the thread)."""
+
+    def __init__(self, plan: Plan, on_ready, *, assets: dict[str, dict[str, Any]] | None = None,
+                 actors: int | None = None, progress=None, actor_cls=None, actor_kwargs: dict | None = None,
+                 plan_rows=None, cpus_per_actor: float = 1):
+        self.plan, self.on_ready = plan, on_ready
+        self.assets, self.actors = assets or {}, actors
+        self.progress, self.task = progress, None
+        self.actor_cls = actor_cls or RenderActor
+        self.actor_kwargs, self.cpus_per_actor = actor_kwargs, cpus_per_actor
+        self.plan_rows = plan_rows or (lambda sets, va: plan_set_rows(self.plan, RenderCache(self.plan.paths.render),
+                                                                        sets, va))
+        self.summary = RenderSummary()
+        self.ready_at: dict[RenderSet, float] = {}
+        self.first_output_at: float | None = None     # the first clip out of the actor pool (its start-up before)
+        self.error: BaseException | None = None
+        self._queue: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._t0 = time.time()
+        self._total = 0
+        self._thread = threading.Thread(target=self._loop, name="render-stream", daemon=True)
+        if progress is not None:
+            self.task = progress.add_task("rendering", total=0, unit="clips", failed=0, note="")
+        self._thread.start()
+
+    def add(self, sets: list[RenderSet], video_assets: dict[str, dict[str, dict]] | None = None) -> None:
+        self._queue.put((list(sets), video_assets))
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._queue.put(None)
+
+    def join(self, timeout: float | None = None) -> RenderSummary:
+        self._thread.join(timeout)
+        self.summary.seconds = time.time() - self._t0
+        if self.error is not None:
+            raise self.error
+        return self.summary
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _announce(self, rs: RenderSet) -> None:
+        self.ready_at[rs] = time.time()
+        self.on_ready(set_need(*rs))
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                item = self._queue.get()
+                if item is None:
+                    return
+                self._batch(*item)
+        except BaseException as err:  # noqa: BLE001 - handed to join(); the driver decides
+            if not self._stop.is_set():
+                self.error = err
+        finally:
+            self.summary.seconds = time.time() - self._t0
+
+    def _batch(self, sets: list[RenderSet], video_assets) -> None:
+        rows, remaining, reused = self.plan_rows(sets, video_assets)
+        self.summary.reused += reused
+        total = sum(remaining.values())
+        if self.progress is not None:
+            self._total += total
+            self.progress.update(self.task, total=self._total)
+        for rs in sets:
+            if remaining[rs] == 0:
+                self._announce(rs)
+        if not rows:
+            return
+        import ray
+
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.print_on_execution_start = False
+        size = actor_pool_size(self.actors, len(rows))
+        # many small blocks, in order: the first sets' rows are dispatched (and finish) first
+        blocks = min(len(rows), max(size * 8, min(len(rows) // 2, 10000)))
+        ds = ray.data.from_items(rows, override_num_blocks=blocks)
+        kwargs = self.actor_kwargs if self.actor_kwargs is not None else {
+            "cache_root": str(self.plan.paths.render), "seed": self.plan.grid.seed,
+            "num_frames": self.plan.grid.runtime.num_frames, "resolution": self.plan.resolution,
+            "assets": self.assets}
+        ds = ds.map_batches(self.actor_cls, batch_size=1, compute=ray.data.ActorPoolStrategy(size=size),
+                            num_cpus=self.cpus_per_actor, fn_constructor_kwargs=kwargs)
+        with quiet_ray_data():
+            for row in ds.iter_rows():
+                if self._stop.is_set():
+                    return
+                n = int(row.get("clips", 1))
+                if self.first_output_at is None:
+                    self.first_output_at = time.time()
+                self.summary.count(row, n)
+                rs = (row["dataset"], row["perturbation"], int(row["severity"]))
+                remaining[rs] -= n
+                if remaining[rs] == 0:
+                    self._announce(rs)
+                if self.progress is not None:
+                    done = self.summary.rendered + self.summary.failed
+                    self.progress.update(self.task, completed=done, failed=self.summary.failed,
+                                         note=f"{done / max(time.time() - self._t0, 1e-9):.1f} clips/s")

@@ -5,9 +5,27 @@
 
 Every stage reuses what exists: a second submission of the same grid trains nothing, renders nothing and runs only
 trials without a successful ledger entry (so it also resumes failed ones).
+
+The stages overlap instead of waiting for each other (docs/architecture.md, "Overlap"). A trial needs three
+inputs: its checkpoint with its clean check passed (which also encodes its galleries, orchestrator/check.py), its
+render set (every clip of its dataset at its perturbation and severity) and, for a perturbed t2v cell, the text
+sets. Each input is a *need* of a `ReadyGate` (orchestrator/tune.py); Ray Tune is fed through `GatedSearcher`, which
+hands it the next trial, in plan order, whose needs are all met. Three producers run beside Tune:
+- the render stream (orchestrator/render.py `RenderStream`): a Ray Data actor pool on CPUs renders the render sets
+  in the order the trials need them (the clean sets first: every check reads them), marking each set ready as its
+  last clip is written; sizing leaves the CPUs of the GPU trial slots to the trials;
+- the fine-tunes: one Ray task per checkpoint, all launched at once (X-Pool after the clip4clip it starts from);
+- the stage thread (`Pipeline`): as each checkpoint is written it runs that checkpoint's check (once the clean sets
+  are ready), applies the gate (a miss without --force stops new trials and `submit` raises CheckFailed after the
+  running ones end), then the per-video assets of the sets that need a checkpoint (their sets join the render
+  stream) and the text sets.
+So the trials of one (backbone, dataset) start while another is still fine-tuned and while later render sets are
+rendered. The ledger, MLflow logging, resume and the tables are unchanged: the driver still records each trial as it
+finishes. The progress display shows the render stream and the trials side by side.
 """
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -54,6 +72,9 @@ class SubmitReport:
     render: Any = None
     check: Any = None                         # orchestrator.check.CheckReport
     seconds: float = 0.0
+    # when things became ready (time.time()): "start", "trials_from" (the first trial handed to Tune) and
+    # "render:<dataset>/<perturbation>/<severity>" per render set rendered now (orchestrator/render.py)
+    timeline: dict[str, float] = field(default_factory=dict)
 
 
 def make_console() -> Console:
@@ -130,42 +151,66 @@ def announce_generation(name: str, dataset, console: Console) -> None:
                       f"{config.size}px, H.264) into {location} (first use only) ...")
 
 
-def prepare_models(plan: Plan, console: Console) -> dict[str, dict[str, Any]]:
-    """Fine-tune (or pretrain) the checkpoints the grid does not supply, as Ray tasks so a cluster's GPU node does the
-    work; returns "backbone|source" -> {"path", "clip_only"}."""
+def checkpoint_paths(plan: Plan) -> dict[str, dict[str, Any]]:
+    """"backbone|source" -> {"path", "clip_only"} of every checkpoint the plan uses (made or not yet)."""
+    return {f"{b}|{src}": {"path": str(plan.model_path(b, src)), "clip_only": m.clip_only}
+            for (b, src), m in plan.models.items()}
+
+
+def launch_models(plan: Plan, console: Console, cpus: int | None = None) -> dict[str, Any]:
+    """Fine-tune (or pretrain) the checkpoints the grid does not supply, all at once, as Ray tasks so a cluster's GPU
+    nodes do the work in parallel (an X-Pool that starts from a clip4clip waits for that one's task). Returns
+    checkpoint path -> ObjectRef of its task's record (only the checkpoints to make). `cpus`: per CPU fine-tune
+    (default: every CPU available now)."""
     import ray
 
-    models: dict[str, dict[str, Any]] = {}
-    pending, seen = [], set()
-    for (backbone, source), m in plan.models.items():
-        path = plan.model_path(backbone, source)
-        models[f"{backbone}|{source}"] = {"path": str(path), "clip_only": m.clip_only}
-        if m.given_path or path.is_file() or path in seen:
-            continue
-        seen.add(path)
-        pending.append((m.backbone, m.train_dataset, m, path))
+    models = checkpoint_paths(plan)
+    refs: dict[str, Any] = {}
     gpus = 1 if plan.grid.runtime.gpus_per_trial > 0 else 0
     from orchestrator import ray_env
 
-    cpus = ray_env.largest_node_cpus() if not gpus else 1   # fits on one node
+    # a task asking for more CPUs than one node holds never starts: at most the largest node's (orchestrator/ray_env.py)
+    cpus = 1 if gpus else max(1, min(cpus or int(ray.available_resources().get("CPU", 1)),
+                                     ray_env.largest_node_cpus()))
     task = ray.remote(num_cpus=cpus, num_gpus=gpus)(_finetune_task)
-    for backbone, ds, m, path in pending:  # in plan order: clip4clip before the X-Pool that starts from it
+    for (backbone, source), m in plan.models.items():  # plan order: clip4clip before the X-Pool starting from it
+        path = plan.model_path(backbone, source)
+        if m.given_path or path.is_file() or str(path) in refs:
+            continue
+        ds = m.train_dataset
         dsp = plan.datasets[ds]
-        init = models[f"{m.init_from[0]}|{m.init_from[1]}"]["path"] if m.init_from else \
-            None if m.clip_only else plan.grid.models.pretrained
+        parent = models[f"{m.init_from[0]}|{m.init_from[1]}"]["path"] if m.init_from else None
+        init = parent if parent else None if m.clip_only else plan.grid.models.pretrained
         what = f"pretraining the zero-shot CLIP on {ds} single frames" if m.clip_only \
             else f"fine-tuning {backbone} on {ds}"
         console.print(f"{what} ({m.finetune.steps} steps{', from ' + m.init_from[0] if m.init_from else ''}) ...")
-        t0 = time.time()
-        record = ray.get(task.remote(m.finetune, ds, dsp.root, dsp.options, dsp.version, str(plan.paths.models),
-                                     init, "cuda" if gpus else "cpu"))
-        mt = record["metrics"]
-        console.print(f"  {backbone}/{ds}: clean R@1 v2t {mt['v2t_R1']:.1f} / t2v {mt['t2v_R1']:.1f} "
-                      f"({time.time() - t0:.0f}s) -> {path.name}")
-    return models
+        after = refs.get(parent) if parent else None   # a dependency: Ray starts this task when that one is done
+        refs[str(path)] = task.remote(m.finetune, ds, dsp.root, dsp.options, dsp.version, str(plan.paths.models),
+                                      init, "cuda" if gpus else "cpu", after)
+    return refs
 
 
-def _finetune_task(config, dataset: str, root, options, data_version: str, cache_dir: str, init_path, device: str):
+def model_line(plan: Plan, path: str, record: dict[str, Any], seconds: float) -> str:
+    m = next(m for (b, s), m in plan.models.items() if str(plan.model_path(b, s)) == path)
+    mt = record["metrics"]
+    return (f"  {m.backbone}/{m.train_dataset}: clean R@1 v2t {mt['v2t_R1']:.1f} / t2v {mt['t2v_R1']:.1f} "
+            f"({seconds:.0f}s) -> {Path(path).name}")
+
+
+def prepare_models(plan: Plan, console: Console) -> dict[str, dict[str, Any]]:
+    """Fine-tune (or pretrain) the checkpoints the grid does not supply and wait for them (the `check` command);
+    returns "backbone|source" -> {"path", "clip_only"}."""
+    import ray
+
+    t0 = time.time()
+    refs = launch_models(plan, console)
+    for path, ref in refs.items():
+        console.print(model_line(plan, path, ray.get(ref), time.time() - t0))
+    return checkpoint_paths(plan)
+
+
+def _finetune_task(config, dataset: str, root, options, data_version: str, cache_dir: str, init_path, device: str,
+                   after=None):
     from workloads.backbones.finetune import ensure_finetuned
     from workloads.datasets import create_dataset
 
@@ -252,32 +297,14 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
          t_start: float, opts: SubmitOptions | None = None) -> SubmitReport:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from orchestrator import render as render_stage
-    from orchestrator.check import fold_render, trial_environment
-    from orchestrator.tune import run_trials
+    from orchestrator.check import trial_environment
+    from orchestrator.render import set_need
+    from orchestrator.tune import ReadyGate, run_trials
 
+    opts = opts or SubmitOptions()
     paths = plan.paths
-    checkpoints = prepare_models(plan, console)
-    todo, checked = _check_checkpoints(plan, checkpoints, ledger, console, opts or SubmitOptions(), report, todo)
-    assets, video_assets = prepare_assets(plan, checkpoints, console)
-    summary = render_stage.render(plan, assets, video_assets, actors=grid.runtime.render_actors, console=console)
-    fold_render(report.check, summary)   # the clean clips check rendered count as rendered by this submission
-    report.render = summary
-    console.print(summary.line())
-    if plan.text_sets:
-        from orchestrator.text_render import render_text_sets
-
-        text = render_text_sets(plan, checkpoints, console)
-        console.print(text.line())
-        for f in text.failures[:10]:
-            console.print(f"  [red]text set failed[/] {f['set']}: {escape(f['error'])}")
-    for f in summary.failures[:10]:
-        console.print(f"  [red]render failed[/] {f['dataset']}/{f['video_id']} {f['perturbation']}/{f['severity']}"
-                      f" ({f['video_path']}): {f['error']}")
-    if summary.nonfaithful:
-        console.print("  fallbacks used (non-faithful renders): " +
-                      ", ".join(f"{k} x{v}" for k, v in summary.nonfaithful.items()))
-
+    rt = grid.runtime
+    checkpoints = checkpoint_paths(plan)
     tracker = Tracker(report.tracking_uri, paths.results)
     submission = _submission_id()
     parent = report.parent_run_id = start_parent(tracker, plan, report, submission)
@@ -285,24 +312,44 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
                   f"(mlflow ui --backend-store-uri {report.tracking_uri})")
     sync_store(tracker, plan, ledger, lambda: parent, console)
 
-    rt = grid.runtime
     env = trial_environment(plan, checkpoints)
-    progress = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(), console=console)
+    progress = Progress(TextColumn("{task.description:9s}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[unit]}"), TextColumn("{task.fields[failed]} failed"),
+                        TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console)
+    gate = ReadyGate(todo, lambda t: trial_needs(plan, t))
+    pipeline = Pipeline(plan, gate, ledger, console, progress, opts, report, submission)
     recorder = LiveRecorder(ledger, tracker, parent, grid.name, submission, progress,
-                            progress.add_task("trials", total=len(todo), failed=0))
-    recorder.counts["ok"] += checked   # the clean source cells `check` ran (logged to MLflow by sync_store above)
+                            progress.add_task("trials", total=len(todo), unit="trials", failed=0, note=""))
     status = "FINISHED"
     try:
         with progress:
+            pipeline.start()
             run_trials(todo, env, storage_path=str(paths.grid_dir(grid.name) / "tune"), name=submission,
                        cpus_per_trial=rt.cpus_per_trial, gpus_per_trial=rt.gpus_per_trial,
                        max_failures=rt.max_failures, max_concurrent=rt.max_concurrent_trials,
-                       on_result=recorder.result, on_crash=recorder.crash)
+                       on_result=recorder.result, on_crash=recorder.crash, gate=gate)
+            pipeline.finish()   # the render sets no remaining trial needed, the text sets; re-raises a stage error
+            progress.update(recorder.task, total=len(todo) - pipeline.checked)
     except KeyboardInterrupt:
         status = "KILLED"
+        pipeline.stop()
         console.print(f"[yellow]interrupted: every finished trial is in the ledger; run the rest with: "
                       f"python -m orchestrator resume {grid.source}[/]")
+    except BaseException:
+        pipeline.stop()
+        try:  # refused (check) or broken: the parent run says so; no tables (nothing complete was produced)
+            tracker.finish_parent(parent, {"ran_now_ok": recorder.counts["ok"],
+                                           "ran_now_failed": recorder.counts["failed"]}, [], "FAILED")
+        except Exception:
+            pass
+        raise
+    summary = report.render = pipeline.stream.summary
+    report.timeline = {"start": pipeline.t0, "trials_from": gate.first_ready or 0.0,
+                       **{set_need(*rs): t for rs, t in pipeline.stream.ready_at.items()}}
+    pipeline.print_render(console)
+    recorder.counts["ok"] += pipeline.checked   # the clean source cells `check` ran (logged to MLflow by sync_store)
+    if pipeline.checked:
+        sync_store(tracker, plan, ledger, lambda: parent, console)
     report.ok, report.failed = recorder.counts["ok"], recorder.counts["failed"]
     finish(plan, grid, ledger, report, console, t_start, summary, recorder.counts, status, submission,
            tracker if recorder.tracking else None)
@@ -311,19 +358,222 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     return report
 
 
-def _check_checkpoints(plan: Plan, checkpoints, ledger: TrialLedger, console: Console, opts: SubmitOptions,
-                       report: SubmitReport, todo: list) -> tuple[list, int]:
-    """`check` before anything else is rendered or run: refuse (unless --force) a checkpoint whose clean R@1 misses
-    the paper's. The clean source cells it ran are in the ledger now: they leave the list to run and count as run
-    now (returns the rest and their number)."""
-    from orchestrator.check import gate, run_check
+def trial_needs(plan: Plan, spec: TrialSpec) -> list[str]:
+    """What a trial waits for (ReadyGate needs): its checkpoint's check (checkpoint made, galleries encoded, gate
+    passed), its render sets, and for a perturbed t2v cell the text sets."""
+    from orchestrator.render import set_need, trial_render_sets
 
-    report.check = run_check(plan, checkpoints, ledger, console, opts.tolerance)
-    gate(report.check, opts.force, console)
-    fresh = {c.case.specs[c.direction].key for c in report.check.comparisons
-             if c.metrics is not None and not c.case.reused.get(c.direction)}
-    remaining = [t for t in todo if t.key not in fresh]
-    return (remaining, len(todo) - len(remaining)) if remaining else (todo, 0)
+    needs = [check_need(spec.backbone, spec.source_dataset or spec.dataset)]
+    needs += [set_need(*rs) for rs in trial_render_sets(spec) if rs[0] in plan.renders]
+    if spec.direction == "t2v" and (spec.mix or spec.perturbation != CLEAN):
+        needs.append("text:all")
+    return needs
+
+
+def check_need(backbone: str, source: str) -> str:
+    return f"check:{backbone}|{source}"
+
+
+def render_actors(plan: Plan, actors: int | None = None) -> int:
+    """Render actors beside the trials: the grid's `runtime.render_actors`, else the CPUs the trial slots leave
+    (GPU trials: each GPU slot keeps its `cpus_per_trial`; CPU trials: one trial's CPUs), at least one."""
+    import ray
+
+    if actors:
+        return actors
+    rt = plan.grid.runtime
+    total = ray.cluster_resources()
+    cpus = int(total.get("CPU", 1))
+    if rt.gpus_per_trial > 0:
+        slots = int(total.get("GPU", 0) / rt.gpus_per_trial + 1e-9)
+        if rt.max_concurrent_trials:
+            slots = min(slots, rt.max_concurrent_trials)
+        keep = slots * rt.cpus_per_trial
+    else:
+        keep = rt.cpus_per_trial
+    return max(1, int(cpus - keep))
+
+
+class Pipeline:
+    """The producers of a submission's trial inputs, beside Ray Tune (module docstring): the render stream, the
+    fine-tune tasks and the stage thread (checks, prepared assets, text sets)."""
+
+    def __init__(self, plan: Plan, gate, ledger: TrialLedger, console: Console, progress, opts: SubmitOptions,
+                 report: SubmitReport, submission: str):
+        self.plan, self.gate, self.ledger, self.console, self.progress = plan, gate, ledger, console, progress
+        self.opts, self.report, self.submission = opts, report, submission
+        self.checkpoints = checkpoint_paths(plan)
+        self.checked = 0                    # clean source cells of the list to run that `check` ran
+        self.text = None
+        self.error: BaseException | None = None
+        self._stopped = threading.Event()
+        self.stream = None
+        self.deferred: list = []
+        self.model_refs: dict[str, Any] = {}
+        self.t0 = time.time()
+        self._thread = threading.Thread(target=self._stage, name="submit-stages", daemon=True)
+
+    def start(self) -> None:
+        import ray
+
+        from orchestrator.assets import dataset_assets
+        from orchestrator.render import RenderStream, ordered_sets
+
+        plan = self.plan
+        sets = ordered_sets(plan, self.gate.specs())
+        sets = [rs for rs in sets if rs[1] == CLEAN] + [rs for rs in sets if rs[1] != CLEAN]  # every check reads
+        self.deferred = [rs for rs in sets if _prepares(rs[1])]
+        actors = render_actors(plan, plan.grid.runtime.render_actors)
+        self.stream = RenderStream(plan, self.gate.ready, actors=actors, progress=self.progress,
+                                   assets={n: dataset_assets(plan.grid, n) for n in plan.renders})
+        self.stream.add([rs for rs in sets if rs not in self.deferred])
+        cpu_total = int(ray.cluster_resources().get("CPU", 1))
+        self.t0 = time.time()
+        self.model_refs = launch_models(plan, self.console, cpus=max(1, cpu_total - actors))
+        self._thread.start()
+
+    # -- the stage thread ----------------------------------------------------------------------------------------
+    def _stage(self) -> None:
+        try:
+            self._stages()
+        except BaseException as err:  # noqa: BLE001 - handed to the driver: no new trials, raised after Tune ends
+            if not self._stopped.is_set():
+                self.error = err
+            self.gate.close(err)
+            if self.stream is not None:
+                self.stream.stop()
+
+    def _stages(self) -> None:
+        import ray
+
+        from orchestrator.check import check_cases
+
+        plan = self.plan
+        pending = dict(self.model_refs)                    # checkpoint path -> task
+        made: set[str] = {m["path"] for m in self.checkpoints.values() if m["path"] not in pending}
+        groups = list(dict.fromkeys((c.backbone, c.source) for c in check_cases(plan)))
+        reports: list = []
+        embedders = {self.checkpoints[f"{b}|{d}"]["path"] for d, (b, _, _) in plan.embedders.items()
+                     if b is not None and any(rs[0] == d for rs in self.deferred)}
+        stand_ins = {self.checkpoints[f"{j.stand_in[0]}|{j.stand_in[1]}"]["path"] for j in plan.text_sets
+                     if j.stand_in is not None}
+        assets_done, text_done = not self.deferred, not plan.text_sets
+        while not self._stopped.is_set():
+            for group in [g for g in groups if self.checkpoints[f"{g[0]}|{g[1]}"]["path"] in made]:
+                groups.remove(group)
+                reports.append(self._check(group))
+                self.report.check = _merge(reports, self.opts.tolerance)
+            if not assets_done and embedders <= made:
+                assets_done = True
+                self._prepare_assets()
+            if not text_done and stand_ins <= made:
+                text_done = True
+                self._text_sets()
+            if not groups and assets_done and text_done:
+                break
+            if not pending:
+                raise RuntimeError(f"internal: checks {groups} wait for checkpoints that are not being made")
+            done, _ = ray.wait(list(pending.values()), num_returns=1, timeout=1.0)
+            for path, ref in list(pending.items()):
+                if ref in done:
+                    record = ray.get(ref)   # a failed fine-tune raises here: the submission stops
+                    del pending[path]
+                    made.add(path)
+                    self.console.print(model_line(plan, path, record, time.time() - self.t0))
+        if self.stream is not None:
+            self.stream.close()
+
+    def _wait(self, needs: list[str]) -> None:
+        while not all(self.gate.is_ready(n) for n in needs):
+            if self._stopped.is_set():
+                raise KeyboardInterrupt
+            if self.stream.error is not None or not self.stream.alive():
+                self.stream.join(0)      # re-raises the render stream's error
+                missing = [n for n in needs if not self.gate.is_ready(n)]
+                raise RuntimeError(f"render stream ended before {missing[:3]}")
+            time.sleep(0.1)
+
+    def _check(self, group: tuple[str, str]):
+        """The check of one checkpoint (all its targets), once its clean render sets are ready; then the gate."""
+        from dataclasses import replace
+
+        from orchestrator.check import gate, run_check
+        from orchestrator.render import set_need
+
+        backbone, source = group
+        trials = [t for t in self.plan.trials if (t.backbone, t.source_dataset or t.dataset) == group]
+        targets = list(dict.fromkeys(t.dataset for t in trials))
+        self._wait([set_need(d, CLEAN, 0) for d in targets if d in self.plan.renders])
+        report = run_check(replace(self.plan, trials=trials), self.checkpoints, self.ledger, self.console,
+                           self.opts.tolerance, submission=self.submission)
+        gate(report, self.opts.force, self.console)
+        fresh = {c.case.specs[c.direction].key for c in report.comparisons
+                 if c.metrics is not None and not c.case.reused.get(c.direction)}
+        self.checked += self.gate.drop(fresh)
+        self.gate.ready(check_need(backbone, source))
+        return report
+
+    def _prepare_assets(self) -> None:
+        from dataclasses import replace
+
+        renders = {d: [c for c in cells if (d, c[0], int(c[1])) in self.deferred]
+                   for d, cells in self.plan.renders.items()}
+        sub = replace(self.plan, renders={d: c for d, c in renders.items() if c})
+        _, video_assets = prepare_assets(sub, self.checkpoints, self.console)
+        self.stream.add(self.deferred, video_assets)
+
+    def _text_sets(self) -> None:
+        from orchestrator.text_render import render_text_sets
+
+        self.text = render_text_sets(self.plan, self.checkpoints, self.console, progress=self.progress)
+        self.gate.ready("text:all")
+
+    # -- the driver's side -------------------------------------------------------------------------------------
+    def finish(self) -> None:
+        """After Tune: wait for what no remaining trial needed (render sets of cells already done), then raise what
+        stopped a stage (CheckFailed, a failed fine-tune)."""
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        if self.gate.error is not None:
+            raise self.gate.error
+        self.stream.join()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.gate.close()
+        if self.stream is not None:
+            self.stream.stop()
+
+    def print_render(self, console: Console) -> None:
+        summary = self.stream.summary
+        console.print(summary.line())
+        if self.text is not None:
+            console.print(self.text.line())
+            for f in self.text.failures[:10]:
+                console.print(f"  [red]text set failed[/] {f['set']}: {escape(f['error'])}")
+        for f in summary.failures[:10]:
+            console.print(f"  [red]render failed[/] {f['dataset']}/{f['video_id']} {f['perturbation']}/"
+                          f"{f['severity']} ({f['video_path']}): {f['error']}")
+        if summary.nonfaithful:
+            console.print("  fallbacks used (non-faithful renders): " +
+                          ", ".join(f"{k} x{v}" for k, v in summary.nonfaithful.items()))
+
+
+def _prepares(perturbation: str) -> bool:
+    """Whether a perturbation's per-video assets are chosen with a checkpoint (event insertion's distractors)."""
+    from workloads.perturbations.video import get as perturbation_info
+
+    if perturbation == CLEAN:
+        return False
+    needs = perturbation_info(perturbation).assets
+    return needs is not None and needs.prepare is not None
+
+
+def _merge(reports: list, tolerance: float):
+    from orchestrator.check import CheckReport
+
+    return CheckReport([c for r in reports for c in r.comparisons], tolerance, sum(r.seconds for r in reports))
 
 
 def start_parent(tracker, plan: Plan, report: SubmitReport, submission: str) -> str:

@@ -8,6 +8,7 @@ plan and has no cell, never a failed trial.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from dataclasses import asdict, dataclass, field
@@ -126,8 +127,9 @@ def _render_row(row: dict[str, Any]) -> dict[str, Any]:
                 "error": f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"}
 
 
-def render_text_sets(plan, checkpoints: dict[str, dict[str, Any]], console=None) -> TextRenderSummary:
-    """Render every text set the plan needs that is not cached yet (Ray must be initialised)."""
+def render_text_sets(plan, checkpoints: dict[str, dict[str, Any]], console=None, progress=None) -> TextRenderSummary:
+    """Render every text set the plan needs that is not cached yet (Ray must be initialised). `progress`: a live rich
+    Progress to add a bar to (submit's, beside the renders and trials) instead of one of its own."""
     import json
 
     t0 = time.time()
@@ -159,9 +161,12 @@ def render_text_sets(plan, checkpoints: dict[str, dict[str, Any]], console=None)
         data = ray.data.from_items(rows, override_num_blocks=len(rows)).map(_render_row, num_cpus=1)
         from orchestrator.render import quiet_ray_data
 
-        with quiet_ray_data(), Progress(TextColumn("perturbing captions"), BarColumn(), MofNCompleteColumn(),
-                                        TextColumn("text sets"), TimeElapsedColumn(), console=console) as bar:
-            task = bar.add_task("text", total=len(rows))
+        own = progress is None
+        bar = Progress(TextColumn("perturbing captions"), BarColumn(), MofNCompleteColumn(), TextColumn("text sets"),
+                       TimeElapsedColumn(), console=console) if own else progress
+        with quiet_ray_data(), (bar if own else contextlib.nullcontext()):
+            task = bar.add_task("captions", total=len(rows)) if own else \
+                bar.add_task("captions", total=len(rows), unit="text sets", failed=0, note="")
             for row in data.iter_rows():
                 if row["status"] == "ok":
                     summary.rendered += 1

@@ -6,17 +6,28 @@
   worker (OOM, segfault) is a Tune error, retried `max_failures` times, then recorded as failed.
 - Tune's auto CSV/JSON loggers are off (they cost ~300 KB of driver memory per trial at thousands of trials);
   actors are reused so a worker imports torch and loads a checkpoint once for many trials.
+
+Overlap with the stages that feed the trials (docs/architecture.md, "Overlap"): a trial is fed to Tune only when its
+inputs exist. Each trial lists its *needs* (its checkpoint and check, its render set, its text set: strings such as
+"render:msrvtt/fog/3"); the producers (fine-tune tasks, the render stream of orchestrator/render.py, the text sets)
+call `ReadyGate.ready(need)` as each one is written. `GatedSearcher` is the Tune search algorithm that hands Tune the
+next trial whose needs are all met, in plan order, and tells Tune "not yet" (None) while the rest wait; Tune keeps
+scheduling, retrying and recording the trials it has. So Ray Tune stays the trial scheduler and the render cache
+stays the hand-off: a trial reads its clips from the cache exactly as before, only later.
 """
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ray import tune
+from ray.tune.search import Searcher
 
 from workloads.spec import TrialSpec
 
@@ -161,19 +172,144 @@ def _ignore(*args: Any) -> None:
     return None
 
 
-def run_trials(specs: list[TrialSpec], env: TrialEnvironment, *, storage_path: str, name: str, cpus_per_trial: float,
-               gpus_per_trial: float, max_failures: int, max_concurrent: int | None,
-               on_result: Callable[[dict[str, Any]], None], on_crash: Callable[[dict[str, Any], str], None]):
-    """Run the trials on the connected Ray cluster; returns Tune's ResultGrid."""
+class ReadyGate:
+    """Which trials may start: each trial waits until every one of its needs has been declared ready.
+
+    Thread-safe: producers (the render stream's thread, the stage thread of orchestrator/submit.py) call `ready`,
+    Tune's driver loop calls `pop` through `GatedSearcher`. Trials come out in plan order among those ready (a heap of
+    plan indices), so render sets ordered by the trials that need them are consumed in the same order. `close(error)`
+    stops handing out trials (a check miss, a failed checkpoint): Tune finishes the running ones and returns."""
+
+    def __init__(self, specs: Iterable[TrialSpec], needs: Callable[[TrialSpec], Iterable[str]] | None = None):
+        self._lock = threading.Lock()
+        self._specs: list[TrialSpec | None] = list(specs)
+        self._missing: list[int] = []                      # per trial: needs not met yet
+        self._waiting: dict[str, list[int]] = {}           # need -> trials waiting for it
+        self._met: set[str] = set()
+        self._heap: list[int] = []
+        self.error: BaseException | None = None
+        self.closed = False
+        self.handed_out = 0
+        self.first_ready: float | None = None
+        for i, spec in enumerate(self._specs):
+            wanted = set(needs(spec)) if needs is not None else set()
+            self._missing.append(len(wanted))
+            for need in wanted:
+                self._waiting.setdefault(need, []).append(i)
+            if not wanted:
+                self._heap.append(i)
+        heapq.heapify(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def specs(self) -> list[TrialSpec]:
+        """The trials still on the list, in plan order."""
+        with self._lock:
+            return [s for s in self._specs if s is not None]
+
+    def ready(self, need: str) -> None:
+        with self._lock:
+            if need in self._met:
+                return
+            self._met.add(need)
+            for i in self._waiting.pop(need, ()):
+                self._missing[i] -= 1
+                if self._missing[i] == 0:
+                    heapq.heappush(self._heap, i)
+
+    def is_ready(self, need: str) -> bool:
+        with self._lock:
+            return need in self._met
+
+    def drop(self, keys: set[str]) -> int:
+        """Take trials off the list (run elsewhere meanwhile, e.g. by `check`); returns how many were dropped."""
+        with self._lock:
+            n = 0
+            for i, spec in enumerate(self._specs):
+                if spec is not None and spec.key in keys:
+                    self._specs[i] = None
+                    n += 1
+            return n
+
+    def close(self, error: BaseException | None = None) -> None:
+        with self._lock:
+            self.closed = True
+            if error is not None and self.error is None:
+                self.error = error
+
+    def pop(self) -> TrialSpec | None | str:
+        """The next trial to start, None when none is ready yet, Searcher.FINISHED when none is left."""
+        with self._lock:
+            if self.closed:
+                return Searcher.FINISHED
+            while self._heap:
+                spec = self._specs[heapq.heappop(self._heap)]
+                if spec is not None:
+                    self.handed_out += 1
+                    if self.first_ready is None:
+                        self.first_ready = time.time()
+                    return spec
+            left = sum(1 for i, s in enumerate(self._specs) if s is not None and self._missing[i] > 0)
+            return Searcher.FINISHED if left == 0 else None
+
+    def pending(self) -> dict[str, int]:
+        """Needs still unmet -> how many remaining trials wait for each (for a stuck-run message)."""
+        with self._lock:
+            return {n: sum(1 for i in idx if self._specs[i] is not None) for n, idx in self._waiting.items()}
+
+
+class GatedSearcher(Searcher):
+    """Tune search algorithm over a fixed list of trials: suggests each trial once, when its `ReadyGate` lets it."""
+
+    def __init__(self, gate: ReadyGate):
+        super().__init__()
+        self.gate = gate
+
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        return True
+
+    def suggest(self, trial_id: str):
+        spec = self.gate.pop()
+        if spec is None or spec == Searcher.FINISHED:
+            return spec
+        return {"spec": spec.to_dict()}
+
+    def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
+        return None
+
+    def save(self, checkpoint_path: str) -> None:
+        # the ledger is our resume record (README "Nothing is lost on a crash"), not Tune's experiment state
+        with open(checkpoint_path, "w") as f:
+            json.dump({"handed_out": self.gate.handed_out}, f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        return None
+
+    def __getstate__(self):   # the gate holds a lock and the driver's state: meaningful only in this process
+        return {"handed_out": self.gate.handed_out}
+
+    def __setstate__(self, state):
+        self.gate = ReadyGate([])
+
+
+def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_path: str, name: str,
+               cpus_per_trial: float, gpus_per_trial: float, max_failures: int, max_concurrent: int | None,
+               on_result: Callable[[dict[str, Any]], None], on_crash: Callable[[dict[str, Any], str], None],
+               gate: ReadyGate | None = None, trainable: Callable | None = None):
+    """Run the trials on the connected Ray cluster; returns (Tune's ResultGrid, seconds). With a `gate`, trials start
+    as their inputs become ready (GatedSearcher); without one, all of them are ready. `trainable` replaces
+    `trial_trainable` (benchmarks/cluster_sim.py runs the same hand-off with trials that sleep their cost)."""
     from dataclasses import asdict
 
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    trainable = tune.with_resources(tune.with_parameters(trial_trainable, env=asdict(env)),
-                                    {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
+    gate = gate if gate is not None else ReadyGate(specs)
+    fn = trainable or tune.with_parameters(trial_trainable, env=asdict(env))
+    trainable = tune.with_resources(fn, {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
     tuner = tune.Tuner(
         trainable,
-        param_space={"spec": tune.grid_search([s.to_dict() for s in specs])},
         tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=max_concurrent,
+                                    search_alg=GatedSearcher(gate), num_samples=max(1, len(gate)),
                                     trial_name_creator=_short_name, trial_dirname_creator=_short_name),
         run_config=tune.RunConfig(name=name, storage_path=storage_path, verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=max_failures),

@@ -1,0 +1,352 @@
+"""The full MLVP matrix on a simulated cluster: makespan of the overlapped hand-off against the lower bound and
+against the staged design (render everything, then run the trials), in one run.
+
+What is real: the plan of grids/full_mlvp.yaml (its trial list and its render sets, built from stand-in annotation
+files at the real test-split sizes, written to a temporary folder), the render-set order (`ordered_sets`), the
+render stream (orchestrator/render.py `RenderStream`: Ray Data, an actor pool, each set announced as its last clip
+comes out), the `ReadyGate` (orchestrator/tune.py) that releases trials in plan order as their sets become ready, and
+Ray's scheduling of fractional GPUs. What is simulated: Ray runs with *logical* resources (`num_gpus=4` on a machine
+without GPUs), each render row and each trial sleeps for its cost from the cost model below, scaled down so a run
+takes minutes; checkpoints, checks and text sets count as ready (they are not part of the bound).
+
+Cost model (real seconds, printed by the run): a render set is every test clip of its dataset at one cell, each clip
+`--sec-per-clip` CPU seconds for its dataset (per-dataset defaults from clip lengths: MSRVTT 10-30 s clips, ActivityNet
+minutes; benchmarks/RESULTS.md section 10 measured ~0.16 s per rendering of a 10 s clip); a trial is
+ceil(queries / runtime.batch_size) batches of `--sec-per-batch` seconds on a GPU slot, `trials per GPU` =
+1 / runtime.gpus_per_trial.
+
+Granularity, so that a 2-core machine can start the simulated cluster: a render actor stands for
+`--cpus-per-actor` CPUs (it holds that many logical CPUs and sleeps 1/that of a row's CPU cost); the actors of the
+GPU slots are started before the clock starts (as Ray Tune's reused trial actors are, once). The makespan counts from
+the first render row handed to Ray Data; it is printed with and without the render pool's start-up (measured: the
+first row's output time less its sleep), a fixed ~10-30 s on a loaded 2-core machine that the time scale does not
+shrink (on a real cluster it is seconds against hours).
+
+Trials are executed by one actor per GPU slot (fractional GPU, `cpus_per_trial` CPUs) fed from the ReadyGate; Ray
+Tune's per-trial bookkeeping (about a second per trial on a loaded 2-core machine, benchmarks/RESULTS.md section 11)
+would dominate sleeps scaled to milliseconds, so `--executor tune` (the real `run_trials` with `GatedSearcher`) is
+offered for smaller plans (`--datasets msrvtt`).
+
+Lower bound: max(total render CPU time / CPUs, total trial GPU time / GPU slots), printed twice: with every CPU
+rendering (the issue's formula) and with the CPUs the trial slots hold taken out (what any design that keeps the
+GPUs fed can use for rendering).
+
+    python benchmarks/cluster_sim.py                        # full_mlvp, 64 CPUs, 4 GPUs x 4 slots, ~3-6 min
+    python benchmarks/cluster_sim.py --datasets msrvtt --executor tune --target 60
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
+
+# real test-split sizes (workloads/datasets/*: MSRVTT 1k-A, ActivityNet val1, LSMDC test, MSVD test, DiDeMo test)
+TEST_SIZES = {"msrvtt": 1000, "activitynet": 4917, "lsmdc": 1000, "msvd": 670, "didemo": 1004}
+# CPU seconds per rendered clip (one perturbation x severity), from typical clip lengths
+SEC_PER_CLIP = {"msrvtt": 0.24, "activitynet": 1.9, "lsmdc": 0.08, "msvd": 0.16, "didemo": 0.45}
+
+
+def write_annotations(root: Path, sizes: dict[str, int]) -> None:
+    """The annotation files each loader reads, in the authors' layouts (as tests/conftest.py stand_in_data), with
+    the real test-split sizes; no videos (the plan does not read them)."""
+    def w(path: Path, text: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+    n = sizes
+    w(root / "MSRVTT/MSRVTT_JSFUSION_test.csv", "key,vid_key,video_id,sentence\n" + "".join(
+        f"ret{i},msr{i},video{i},a person does thing number {i}\n" for i in range(n["msrvtt"])))
+    w(root / "MSRVTT/MSRVTT_train.9k.csv", "video_id\nvideo90000\n")
+    w(root / "MSRVTT/MSRVTT_data.json", json.dumps({"sentences": [{"caption": "train", "video_id": "video90000"}]}))
+    w(root / "ActivityNet/val1_anno.jsonl", "".join(
+        json.dumps({"clip_id": f"v_{i}", "text": f"a paragraph about event {i}."}) + "\n"
+        for i in range(n["activitynet"])))
+    w(root / "ActivityNet/train_anno.jsonl", json.dumps({"clip_id": "v_t", "text": "train."}) + "\n")
+    rows = "".join(f"0001_Movie_{i // 3600:02d}.{i // 60 % 60:02d}.{i % 60:02d}.000-{i // 3600:02d}.{i // 60 % 60:02d}."
+                   f"{i % 60:02d}.900\t0\t1\t0\t1\tSomeone acts {i}.\n" for i in range(n["lsmdc"]))
+    w(root / "LSMDC/LSMDC16_challenge_1000_publictect.csv", rows)
+    w(root / "LSMDC/LSMDC16_annos_training.csv", rows.splitlines()[0] + "\n")
+    w(root / "MSVD/captions_msvd.json", json.dumps({f"vid{i}": [f"first {i}", f"second {i}"]
+                                                    for i in range(n["msvd"] + 1)}))
+    w(root / "MSVD/test_list.txt", "".join(f"vid{i}\n" for i in range(n["msvd"])))
+    w(root / "MSVD/train_list.txt", f"vid{n['msvd']}\n")
+    w(root / "DiDeMo/test_anno.jsonl", "".join(json.dumps({"clip_id": f"d{i}@N00", "text": f"moment {i}."}) + "\n"
+                                               for i in range(n["didemo"])))
+    w(root / "DiDeMo/train_anno.jsonl", json.dumps({"clip_id": "t@N00", "text": "train."}) + "\n")
+
+
+def full_plan(tmp: Path, datasets: list[str] | None):
+    from orchestrator.grid import load_grid
+    from orchestrator.plan import Paths, build_plan
+
+    write_annotations(tmp / "data", TEST_SIZES)
+    weights = tmp / "clip_vit_b32.bin"
+    weights.write_bytes(b"stand-in: planning digests the file, it never loads it")
+    os.environ["MLVP_DATA"], os.environ["MLVP_WEIGHTS"] = str(tmp / "data"), str(weights)
+    text = (REPO / "grids" / "full_mlvp.yaml").read_text()
+    grid_file = tmp / "full_mlvp.yaml"
+    grid_file.write_text(text)
+    grid = load_grid(grid_file)
+    plan = build_plan(grid, Paths.make(tmp / "results"))
+    if datasets:
+        from dataclasses import replace
+
+        keep = set(datasets)
+        plan = replace(plan, trials=[t for t in plan.trials if t.dataset in keep and
+                                     (t.source_dataset in keep or t.source_dataset in ("", t.dataset))],
+                       renders={d: r for d, r in plan.renders.items() if d in keep})
+    return plan
+
+
+class CostModel:
+    def __init__(self, plan, sec_per_clip: dict[str, float], sec_per_batch: float):
+        self.plan, self.sec_per_clip, self.sec_per_batch = plan, sec_per_clip, sec_per_batch
+        self.clips = {d: len(plan.datasets[d].test) for d in plan.renders}
+        self.batch = plan.grid.runtime.batch_size
+
+    def render_set(self, rs) -> float:
+        return self.clips[rs[0]] * self.sec_per_clip[rs[0]]
+
+    def trial(self, spec) -> float:
+        n = len(self.plan.datasets[spec.dataset].test)   # one query per test pair (video or caption)
+        return math.ceil(n / self.batch) * self.sec_per_batch
+
+
+class SleepRenderActor:
+    """Stands in for orchestrator.render.RenderActor: a row is a chunk of `clips` videos x the severities of one
+    (dataset, perturbation) group; it sleeps their cost and reports one output row per set (the real actor: per clip,
+    the stream counts `clips` of them)."""
+
+    def __init__(self, scale: float):
+        self.scale = scale   # real seconds -> sleep seconds, divided by the CPUs the actor stands for
+
+    def __call__(self, batch):
+        out = {k: [] for k in ("dataset", "video_id", "video_path", "perturbation", "severity", "status", "error",
+                               "faithful", "fallback", "seconds", "clips")}
+        for i in range(len(batch["dataset"])):
+            severities = json.loads(batch["severities"][i])
+            time.sleep(float(batch["cost"][i]) * self.scale)
+            for sev in severities:
+                for k, v in (("dataset", batch["dataset"][i]), ("perturbation", batch["perturbation"][i]),
+                             ("severity", sev), ("clips", batch["clips"][i]), ("video_id", ""), ("video_path", ""),
+                             ("status", "ok"), ("error", ""), ("faithful", True), ("fallback", ""), ("seconds", 0.0)):
+                    out[k].append(v)
+        return out
+
+
+def sim_rows(cost: CostModel, videos_per_row: int):
+    """RenderStream's `plan_rows` for the sim, like plan_set_rows (one group per (dataset, perturbation), groups in
+    set order, a row = videos x the group's severities) but a row is a chunk of `videos_per_row` videos."""
+    def plan_rows(sets, _video_assets):
+        groups: dict = {}
+        for d, p, s in sets:
+            groups.setdefault((d, p), []).append(s)
+        rows = []
+        for (d, p), severities in groups.items():
+            n = cost.clips[d]
+            for start in range(0, n, videos_per_row):
+                k = min(videos_per_row, n - start)
+                rows.append({"dataset": d, "perturbation": p, "severities": json.dumps(severities), "clips": k,
+                             "cost": k * len(severities) * cost.sec_per_clip[d]})
+        return rows, {rs: cost.clips[rs[0]] for rs in sets}, 0
+    return plan_rows
+
+
+def set_order(plan, cost: CostModel, order: str, render_cpus: int, slots: int):
+    """(render sets in render order, trials in the same order): `plan` as submit does (first need in plan order,
+    clean sets first), `johnson` by the cost model (orchestrator/render.py johnson_order)."""
+    from orchestrator.render import johnson_order, ordered_sets, trial_render_sets
+
+    sets = ordered_sets(plan, plan.trials)
+    sets = [rs for rs in sets if rs[1] == "clean"] + [rs for rs in sets if rs[1] != "clean"]
+    if order == "johnson":
+        gpu: dict = {}
+        for t in plan.trials:
+            for rs in trial_render_sets(t):
+                gpu[rs] = gpu.get(rs, 0.0) + cost.trial(t) / len(trial_render_sets(t))
+        sets = johnson_order(sets, lambda rs: cost.render_set(rs) / render_cpus, lambda rs: gpu.get(rs, 0.0) / slots)
+    index = {rs: i for i, rs in enumerate(sets)}
+    trials = sorted(plan.trials, key=lambda t: max(index[rs] for rs in trial_render_sets(t)))
+    return sets, trials
+
+
+def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap: bool, executor: str,
+               videos_per_row: int, slots: int, cpus_per_trial: float, gpus_per_trial: float,
+               cpus_per_actor: int = 1, order: str = "johnson") -> dict:
+    import ray
+
+    from orchestrator.render import RenderStream
+    from orchestrator.submit import trial_needs
+    from orchestrator.tune import ReadyGate
+
+    sets, trials = set_order(plan, cost, order, render_actors, slots)
+    gate = ReadyGate(trials, lambda t: [n for n in trial_needs(plan, t) if n.startswith("render:")])
+    workers = []
+    if executor != "tune":
+        @ray.remote(num_cpus=cpus_per_trial, num_gpus=gpus_per_trial)
+        class Slot:
+            def run(self, seconds: float) -> float:
+                time.sleep(seconds)
+                return time.time()
+
+        workers = [Slot.remote() for _ in range(slots)]
+        ray.get([w.run.remote(0) for w in workers])   # started before the clock (Tune reuses its trial actors)
+    t0 = time.time()
+    stream = RenderStream(plan, gate.ready if overlap else (lambda need: None), actors=render_actors // cpus_per_actor,
+                          actor_cls=SleepRenderActor, actor_kwargs={"scale": scale / cpus_per_actor},
+                          plan_rows=sim_rows(cost, videos_per_row), cpus_per_actor=cpus_per_actor)
+    stream.add(sets)
+    stream.close()
+    if not overlap:   # today's design: every set rendered, then every trial
+        stream.join()
+        for rs in sets:
+            gate.ready(f"render:{rs[0]}/{rs[1]}/{rs[2]}")
+    t_render = None
+    done_at: list[float] = []
+    if executor == "tune":
+        from ray import tune
+
+        from orchestrator.tune import run_trials
+
+        costs = {t.key: cost.trial(t) * scale for t in plan.trials}
+
+        def trainable(config):
+            from workloads.spec import TrialSpec
+
+            time.sleep(costs_ref[TrialSpec.from_dict(config["spec"]).key])
+            tune.report({"result_json": json.dumps({"ok": True})})
+
+        costs_ref = costs
+        run_trials(trials, None, storage_path=str(Path(tempfile.mkdtemp()) / "tune"), name="sim",
+                   cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, max_failures=0,
+                   max_concurrent=None, on_result=lambda r: done_at.append(time.time()),
+                   on_crash=lambda *a: None, gate=gate, trainable=trainable)
+    else:
+        idle = list(workers)
+        running: dict = {}
+        spec = None
+        while True:
+            while idle:
+                spec = gate.pop()
+                if spec is None or spec == "FINISHED":
+                    break
+                w = idle.pop()
+                running[w.run.remote(cost.trial(spec) * scale)] = w
+            if not running:
+                if spec == "FINISHED":
+                    break
+                time.sleep(0.01)
+                continue
+            refs = list(running)
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0.005)   # every slot that is done
+            if not ready:
+                ready, _ = ray.wait(refs, num_returns=1, timeout=0.05)
+            for ref in ready:
+                done_at.append(ray.get(ref))
+                idle.append(running.pop(ref))
+        for w in workers:
+            ray.kill(w)
+    stream.join()
+    t_render = max(stream.ready_at.values(), default=t0) - t0
+    first_row = videos_per_row * cost.sec_per_clip[sets[0][0]] * scale / cpus_per_actor
+    startup = max(0.0, (stream.first_output_at or t0) - t0 - first_row)
+    return {"makespan": time.time() - t0, "render_done": t_render, "trials": len(done_at), "startup": startup,
+            "first_trial_done": (min(done_at) - t0) if done_at else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter,
+                                 epilog="example: python benchmarks/cluster_sim.py --cpus 64 --gpus 4 --target 90")
+    ap.add_argument("--cpus", type=int, default=64, help="logical CPUs of the simulated cluster (default 64)")
+    ap.add_argument("--gpus", type=int, default=4, help="logical GPUs (default 4)")
+    ap.add_argument("--sec-per-batch", type=float, default=0.5, help="GPU seconds per trial batch (default 0.5)")
+    ap.add_argument("--sec-per-clip", type=str, default=None,
+                    help="CPU seconds per rendered clip: one number, or dataset=s,... (default: per-dataset table)")
+    ap.add_argument("--target", type=float, default=90.0,
+                    help="scale costs so the lower bound takes this many seconds (default 90)")
+    ap.add_argument("--videos-per-row", type=int, default=100, help="videos per simulated render row (default 100)")
+    ap.add_argument("--cpus-per-actor", type=int, default=4,
+                    help="CPUs one simulated render actor stands for (default 4: 8 processes for 32 CPUs)")
+    ap.add_argument("--datasets", type=str, default=None, help="comma-separated subset of the plan's datasets")
+    ap.add_argument("--executor", choices=("slots", "tune"), default="slots",
+                    help="trials through one actor per GPU slot (default) or the real run_trials (Ray Tune)")
+    ap.add_argument("--designs", type=str, default="overlap,staged", help="which designs to run, in order")
+    ap.add_argument("--order", choices=("johnson", "plan"), default="johnson",
+                    help="render-set order: by the cost model (Johnson's rule, default) or submit's plan order")
+    args = ap.parse_args(argv)
+
+    import ray
+
+    from orchestrator.render import ordered_sets
+
+    tmp = Path(tempfile.mkdtemp(prefix="mlvp-cluster-sim-"))
+    plan = full_plan(tmp, args.datasets.split(",") if args.datasets else None)
+    rt = plan.grid.runtime
+    per_clip = dict(SEC_PER_CLIP)
+    if args.sec_per_clip:
+        if "=" in args.sec_per_clip:
+            per_clip.update({k: float(v) for k, v in (x.split("=") for x in args.sec_per_clip.split(","))})
+        else:
+            per_clip = {d: float(args.sec_per_clip) for d in per_clip}
+    cost = CostModel(plan, per_clip, args.sec_per_batch)
+    sets = ordered_sets(plan, plan.trials)
+    slots = int(args.gpus / rt.gpus_per_trial + 1e-9)
+    render_cpu = sum(cost.render_set(rs) for rs in sets)
+    trial_gpu = sum(cost.trial(t) for t in plan.trials)
+    cpus_for_render = max(1, int(args.cpus - slots * rt.cpus_per_trial))
+    lb_all = max(render_cpu / args.cpus, trial_gpu / slots)
+    lb = max(render_cpu / cpus_for_render, trial_gpu / slots)
+    scale = args.target / lb
+    print(f"plan: {len(plan.trials)} trials, {len(sets)} render sets, "
+          f"{sum(cost.clips[d] * len(r) for d, r in plan.renders.items())} clips")
+    print("cost model (real seconds): clips per set " + ", ".join(f"{d} {n}" for d, n in cost.clips.items())
+          + "; seconds per clip " + ", ".join(f"{d} {per_clip[d]:g}" for d in cost.clips)
+          + f"; {args.sec_per_batch:g} s per trial batch of {rt.batch_size}; "
+          f"{1 / rt.gpus_per_trial:g} trials per GPU ({slots} slots, {rt.cpus_per_trial:g} CPUs each)")
+    print(f"totals: render {render_cpu / 3600:.0f} CPU-h, trials {trial_gpu / 3600:.0f} GPU-slot-h; cluster "
+          f"{args.cpus} CPUs ({cpus_for_render} beside the trial slots), {args.gpus} GPUs")
+    print(f"lower bound: {lb / 3600:.2f} h with {cpus_for_render} render CPUs ({lb_all / 3600:.2f} h with all "
+          f"{args.cpus}); time scale 1/{1 / scale:.0f}: bound = {lb * scale:.1f} s here")
+    ray.init(num_cpus=args.cpus, num_gpus=args.gpus, include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False)
+    import logging
+
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+    results = {}
+    try:
+        for design in args.designs.split(","):
+            overlap = design == "overlap"
+            actors = cpus_for_render if overlap else args.cpus   # staged: every CPU renders (today's default)
+            t = time.time()
+            r = run_design(plan, cost, scale, actors, overlap, args.executor, args.videos_per_row, slots,
+                           rt.cpus_per_trial, rt.gpus_per_trial, args.cpus_per_actor, args.order)
+            results[design] = r
+            net = r["net"] = r["makespan"] - r["startup"]
+            print(f"{design} ({args.order} order): makespan {r['makespan']:6.1f} s, {net:6.1f} s without the "
+                  f"render pool's start-up "
+                  f"({r['startup']:.1f} s) = {net / scale / 3600:5.2f} h real = {net / (lb * scale):.2f}x bound "
+                  f"({net / (lb_all * scale):.2f}x the all-CPU bound); renders done at {r['render_done']:.1f} s, "
+                  f"first trial done at {r['first_trial_done']:.1f} s, {r['trials']} trials ({time.time() - t:.0f}s)")
+    finally:
+        ray.shutdown()
+    if {"overlap", "staged"} <= set(results):
+        o, s = results["overlap"]["net"], results["staged"]["net"]
+        print(f"side by side: overlap {o:.1f} s | staged {s:.1f} s | bound {lb * scale:.1f} s  ->  overlap "
+              f"{o / (lb * scale):.2f}x bound, staged {s / (lb * scale):.2f}x bound, staged/overlap {s / o:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
