@@ -248,8 +248,8 @@ def test_on_trial_error_records_the_workers_error_in_the_ledger(tmp_path, shared
     class NoStore:   # the MLflow side is tested elsewhere; here only the ledger path matters
         uri = "none"
 
-        def log_trial(self, *a):
-            raise RuntimeError("no store")
+        def log_trial_later(self, parent, grid_name, entry, on_logged, on_error):
+            on_error(RuntimeError("no store"))
 
     progress = Progress()
     recorder = LiveRecorder(ledger, NoStore(), "parent", "crash", "sub-1", progress, progress.add_task("t", total=1))
