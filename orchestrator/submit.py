@@ -349,6 +349,9 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     pipeline.print_render(console)
     recorder.counts["ok"] += pipeline.checked   # the clean source cells `check` ran (logged to MLflow by sync_store)
     if pipeline.checked:
+        # the trial runs still queued on the tracker's thread (LiveRecorder) must reach the ledger first, or the
+        # sync would log them a second time
+        tracker.flush()
         sync_store(tracker, plan, ledger, lambda: parent, console)
     report.ok, report.failed = recorder.counts["ok"], recorder.counts["failed"]
     finish(plan, grid, ledger, report, console, t_start, summary, recorder.counts, status, submission,
