@@ -235,8 +235,8 @@ def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
     ledger = TrialLedger(paths.ledger)
     if not opts.dry_run:
         plan = build_plan(grid, paths)
-    check_hub_k(plan)
     plan.notes.extend(missing_videos(plan))   # all at once, before anything starts; none of a split's: PlanError
+    check_hub_k(plan)
     todo, status = select_trials(plan, ledger, opts.only_failed, opts.rerun, opts.incomplete)
     done_before = sum(1 for s in status.values() if s == "ok")
     print_plan(plan, status, todo, console)
@@ -270,7 +270,7 @@ def check_hub_k(plan: Plan) -> None:
     for name in dict.fromkeys(t.dataset for t in plan.trials):
         try:
             n = len(plan.datasets[name].test)
-        except (KeyError, TypeError, AttributeError):   # size unknown before the data is on disk
+        except Exception:   # size unknown before the data is on disk (plan lists what is missing)
             continue
         if n and k > n:
             raise ValueError(f"runtime.hub_k is {k} but the test split of {name} has {n} items (the gallery): "
