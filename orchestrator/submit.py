@@ -348,11 +348,15 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
                        **{set_need(*rs): t for rs, t in pipeline.stream.ready_at.items()}}
     pipeline.print_render(console)
     recorder.counts["ok"] += pipeline.checked   # the clean source cells `check` ran (logged to MLflow by sync_store)
-    if pipeline.checked:
+    if pipeline.checked and recorder.tracking:
         # the trial runs still queued on the tracker's thread (LiveRecorder) must reach the ledger first, or the
         # sync would log them a second time
         tracker.flush()
-        sync_store(tracker, plan, ledger, lambda: parent, console)
+        try:
+            if recorder.tracking:   # the store may have stopped answering while the queue drained
+                sync_store(tracker, plan, ledger, lambda: parent, console)
+        except Exception as err:   # the ledger has them: the next submit or `sync` logs them
+            recorder.untracked(err)
     report.ok, report.failed = recorder.counts["ok"], recorder.counts["failed"]
     finish(plan, grid, ledger, report, console, t_start, summary, recorder.counts, status, submission,
            tracker if recorder.tracking else None)
@@ -669,7 +673,7 @@ class LiveRecorder:
         if entry is not None and self.tracking:   # on the tracker's thread: this callback returns now
             key = result["key"]
             self.tracker.log_trial_later(self.parent, self.grid_name, entry,
-                                         lambda rid: self.ledger.record_run(key, self.store, rid), self._untracked)
+                                         lambda rid: self.ledger.record_run(key, self.store, rid), self.untracked)
         ok = result["status"] == "ok"
         self.counts["ok" if ok else "failed"] += 1
         spec = TrialSpec.from_dict(result["spec"])
@@ -683,7 +687,7 @@ class LiveRecorder:
                                     f"{spec.cell:22s} {line}")
         self.progress.update(self.task, advance=1, failed=self.counts["failed"])
 
-    def _untracked(self, err: Exception) -> None:
+    def untracked(self, err: Exception) -> None:
         """Tracking trouble must not lose the result: the ledger has it."""
         self.tracking = False
         self.progress.console.print(
