@@ -1,6 +1,12 @@
 import json
 import os
+import signal
+import socket
+import subprocess
+import sys
 import textwrap
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -138,3 +144,41 @@ def tiny_results(tmp_path_factory, shared_cache):
     return SimpleNamespace(root=root, grid=grid, results=root / "results", cache=shared_cache, report=report,
                            plan=plan, entries={e["key"]: e for e in TrialLedger(root / "results" / "ledger").entries(
                                t.key for t in plan.trials)})
+
+
+# -- a real `mlflow server` on loopback (tests/test_mlflow_server.py, test_report_browser.py, test_faults.py) ------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_mlflow_server(backend_uri: str, log: Path, port: int, artifact_root: Path | None = None,
+                        timeout: float = 120) -> subprocess.Popen:
+    """`mlflow server` in its own session (so its gunicorn/uvicorn workers stop with it), serving `backend_uri` on
+    127.0.0.1:`port`; returns once /health answers (the test fails with the server's log if it never does)."""
+    args = [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri", backend_uri,
+            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    if artifact_root is not None:
+        args += ["--default-artifact-root", str(artifact_root)]
+    proc = subprocess.Popen(args, stdout=open(log, "a"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            stop_mlflow_server(proc)
+            pytest.fail(f"mlflow server did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.5)
+
+
+def stop_mlflow_server(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)   # the server's own session: its workers too
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)

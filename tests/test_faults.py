@@ -9,18 +9,16 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import write_micro_grid
+from conftest import free_port, start_mlflow_server, stop_mlflow_server, write_micro_grid
 from orchestrator import fault_injection
 from orchestrator.grid import load_grid
 from orchestrator.ledger import TrialLedger
@@ -270,44 +268,18 @@ def test_on_trial_error_records_the_workers_error_in_the_ledger(tmp_path, shared
 
 
 # -- the tracking server goes away mid-run ----------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_mlflow_server(store: Path, port: int) -> subprocess.Popen:
+def start_server(store: Path, port: int) -> subprocess.Popen:
     store.mkdir(exist_ok=True)
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
-         f"sqlite:///{store / 'mlflow.db'}", "--default-artifact-root", str(store / "artifacts"), "--host",
-         "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=open(store / "server.log", "a"), stderr=subprocess.STDOUT, start_new_session=True)
-
-    def healthy():
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-    wait_for(healthy, 90, "mlflow server", proc, store / "server.log")
-    return proc
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)   # the server's own session: gunicorn/uvicorn workers too
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=30)
+    return start_mlflow_server(f"sqlite:///{store / 'mlflow.db'}", store / "server.log", port,
+                               artifact_root=store / "artifacts", timeout=90)
 
 
 def test_mlflow_server_stopped_mid_run_then_sync_without_duplicates(tmp_path, prepared):
     g = grid(tmp_path, "srvdown", methods="[source, tent, sar, eata]")
-    results, log, store, port = tmp_path / "results", tmp_path / "submit.log", tmp_path / "server", _free_port()
+    results, log, store, port = tmp_path / "results", tmp_path / "submit.log", tmp_path / "server", free_port()
     url = f"http://127.0.0.1:{port}"
     plan = plan_of(g, results, prepared)
-    server = start_mlflow_server(store, port)
+    server = start_server(store, port)
     proc = start_cli(log, "submit", str(g), *common(results, prepared), "--num-cpus", "2", "--no-dashboard",
                      "--tracking-uri", url)
     ledger = TrialLedger(results / "ledger")
@@ -315,12 +287,12 @@ def test_mlflow_server_stopped_mid_run_then_sync_without_duplicates(tmp_path, pr
         wait_for(lambda: parent_id(log), 240, "the MLflow parent run", proc, log)
         n0 = len(ledger_files(results))
         wait_for(lambda: len(ledger_files(results)) > n0, 240, "a first trial", proc, log)
-        stop_server(server)
+        stop_mlflow_server(server)
         rc = proc.wait(timeout=300)
     finally:
         reap(proc)
         if server.poll() is None:
-            stop_server(server)
+            stop_mlflow_server(server)
     out = log.read_text()
     assert rc == 0, out[-3000:]
     assert f"MLflow store {url} stopped answering" in out or f"MLflow store {url} not updated" in out
@@ -329,7 +301,7 @@ def test_mlflow_server_stopped_mid_run_then_sync_without_duplicates(tmp_path, pr
     assert len(entries) == len(plan.trials) and all(e["status"] == "ok" for e in entries)
     assert any(url not in (e.get("mlflow_runs") or {}) for e in entries)   # some never reached the server
 
-    server = start_mlflow_server(store, port)   # back, same store
+    server = start_server(store, port)   # back, same store
     try:
         out = run_cli("sync", str(g), *common(results, prepared), "--tracking-uri", url)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -342,7 +314,7 @@ def test_mlflow_server_stopped_mid_run_then_sync_without_duplicates(tmp_path, pr
         parent = MlflowClient(url).get_run(parent_id(log))
         assert parent.info.status == "KILLED"
     finally:
-        stop_server(server)
+        stop_mlflow_server(server)
 
 
 # -- undecodable videos -----------------------------------------------------------------------------------------------

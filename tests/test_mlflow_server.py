@@ -1,59 +1,25 @@
 """A submission logged to a real `mlflow server` over HTTP (what `mlflow ui` / a team server shows)."""
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import write_micro_grid
+from conftest import free_port, start_mlflow_server, stop_mlflow_server, write_micro_grid
 from orchestrator.submit import SubmitOptions, submit
 
 pytestmark = pytest.mark.slow
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def mlflow_server(tmp_path):
-    port = free_port()
     store = tmp_path / "server"
     store.mkdir()
-    mlflow_bin = Path(sys.executable).with_name("mlflow")
-    proc = subprocess.Popen(
-        [str(mlflow_bin), "server", "--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}",
-         "--default-artifact-root", str(store / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"],
-        stdout=open(store / "server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    port = free_port()
+    proc = start_mlflow_server(f"sqlite:///{store / 'mlflow.db'}", store / "server.log", port,
+                               artifact_root=store / "artifacts", timeout=90)
     try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"mlflow server did not start: {(store / 'server.log').read_text()[-2000:]}")
-            time.sleep(0.5)
-        yield url
+        yield f"http://127.0.0.1:{port}"
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group: gunicorn/uvicorn workers too
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_mlflow_server(proc)
 
 
 def test_submit_logs_parent_and_children_to_a_tracking_server(tmp_path, shared_cache, mlflow_server):

@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from test_mlflow_server import free_port
+from conftest import free_port, start_mlflow_server, stop_mlflow_server
 
 pytestmark = pytest.mark.slow
 
@@ -78,26 +77,11 @@ def mlflow_ui(tiny_results):
     """A real `mlflow server` on 127.0.0.1 over the tiny grid's sqlite store."""
     port = free_port()
     log = tiny_results.root / f"mlflow-ui-{port}.log"
-    db = tiny_results.report.tracking_uri
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri", db,
-                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    proc = start_mlflow_server(tiny_results.report.tracking_uri, log, port)
     try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"mlflow server did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
-        yield url
+        yield f"http://127.0.0.1:{port}"
     finally:
-        os.killpg(proc.pid, 15)
+        stop_mlflow_server(proc)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
