@@ -12,8 +12,10 @@ render set (every clip of its dataset at its perturbation and severity) and, for
 sets. Each input is a *need* of a `ReadyGate` (orchestrator/tune.py); Ray Tune is fed through `GatedSearcher`, which
 hands it the next trial, in plan order, whose needs are all met. Three producers run beside Tune:
 - the render stream (orchestrator/render.py `RenderStream`): a Ray Data actor pool on CPUs renders the render sets
-  in the order the trials need them (the clean sets first: every check reads them), marking each set ready as its
-  last clip is written; sizing leaves the CPUs of the GPU trial slots to the trials;
+  the clean ones first (every check reads them), then in Johnson's order under the cost model
+  (`cost_ordered_sets`: sets whose rendering is short next to their trials first, so the GPUs get work early and
+  no trial tail is left after the last render), marking each set ready as its last clip is written; sizing leaves
+  the CPUs of the GPU trial slots to the trials;
 - the fine-tunes: one Ray task per checkpoint, all launched at once (X-Pool after the clip4clip it starts from);
 - the stage thread (`Pipeline`): as each checkpoint is written it runs that checkpoint's check (once the clean sets
   are ready), applies the gate (a miss without --force stops new trials and `submit` raises CheckFailed after the
@@ -401,6 +403,23 @@ def render_actors(plan: Plan, actors: int | None = None) -> int:
     return max(1, int(cpus - keep))
 
 
+
+def trial_slots(plan: Plan) -> float:
+    """Trials that can run at once on the cluster: its GPUs over `gpus_per_trial` (GPU trials) or its CPUs over
+    `cpus_per_trial`, capped by `max_concurrent_trials`; at least one."""
+    import ray
+
+    rt = plan.grid.runtime
+    total = ray.cluster_resources()
+    if rt.gpus_per_trial > 0:
+        slots = total.get("GPU", 0) / rt.gpus_per_trial
+    else:
+        slots = total.get("CPU", 1) / max(rt.cpus_per_trial, 1e-9)
+    if rt.max_concurrent_trials:
+        slots = min(slots, rt.max_concurrent_trials)
+    return max(1.0, float(int(slots + 1e-9)))
+
+
 class Pipeline:
     """The producers of a submission's trial inputs, beside Ray Tune (module docstring): the render stream, the
     fine-tune tasks and the stage thread (checks, prepared assets, text sets)."""
@@ -424,13 +443,13 @@ class Pipeline:
         import ray
 
         from orchestrator.assets import dataset_assets
-        from orchestrator.render import RenderStream, ordered_sets
+        from orchestrator.render import RenderStream, cost_ordered_sets, ordered_sets
 
         plan = self.plan
-        sets = ordered_sets(plan, self.gate.specs())
-        sets = [rs for rs in sets if rs[1] == CLEAN] + [rs for rs in sets if rs[1] != CLEAN]  # every check reads
-        self.deferred = [rs for rs in sets if _prepares(rs[1])]
         actors = render_actors(plan, plan.grid.runtime.render_actors)
+        sets = cost_ordered_sets(plan, ordered_sets(plan, self.gate.specs()), self.gate.specs(),
+                                 render_cpus=actors, trial_slots=trial_slots(plan))
+        self.deferred = [rs for rs in sets if _prepares(rs[1])]
         self.stream = RenderStream(plan, self.gate.ready, actors=actors, progress=self.progress,
                                    assets={n: dataset_assets(plan.grid, n) for n in plan.renders})
         self.stream.add([rs for rs in sets if rs not in self.deferred])

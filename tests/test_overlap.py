@@ -9,7 +9,8 @@ from conftest import write_micro_grid
 from orchestrator.grid import load_grid
 from orchestrator.ledger import TrialLedger
 from orchestrator.plan import Paths, build_plan
-from orchestrator.render import ordered_sets, set_need, trial_render_sets
+from orchestrator.cost_model import CostModel
+from orchestrator.render import cost_ordered_sets, ordered_sets, set_need, trial_render_sets
 from orchestrator.tune import ReadyGate
 from workloads.render_cache import RenderCache, RenderKey
 from workloads.spec import CLEAN, TrialSpec
@@ -52,6 +53,23 @@ def test_render_sets_follow_the_trials_that_need_them(tmp_path, shared_cache):
     # t2v trials read the clean clips (their gallery), whatever their text perturbation
     assert trial_render_sets(_spec(direction="t2v", perturbation="ocr", severity=7)) == [("d", CLEAN, 0)]
 
+
+
+def test_cost_order_renders_first_the_sets_whose_trials_keep_the_gpus_busy(tmp_path, shared_cache):
+    grid_file = write_micro_grid(tmp_path / "o.yaml", name="o",
+                                 perturbations="[impulse_noise, gaussian_noise]", severities="[5, 1]")
+    plan = build_plan(load_grid(grid_file), Paths.make(tmp_path / "r", shared_cache))
+    sets = ordered_sets(plan)
+    assert [rs[1] for rs in sets if rs[1] != CLEAN] == ["impulse_noise"] * 2 + ["gaussian_noise"] * 2   # plan order
+    # only the gaussian cells still to run: the impulse sets feed no trial, so they are rendered last
+    trials = [t for t in plan.trials if t.perturbation != "impulse_noise"]
+    for render_s in (1.0, 1e-4):   # rendering longer than the sets' trials (2nd rule), then shorter (1st rule)
+        out = cost_ordered_sets(plan, sets, trials, render_cpus=1, trial_slots=1,
+                                cost=CostModel(render_s_per_clip=render_s, trial_s_per_batch=1.0))
+        assert sorted(out) == sorted(sets)
+        assert [rs[1] for rs in out] == [CLEAN] + ["gaussian_noise"] * 2 + ["impulse_noise"] * 2, out
+    # equal costs keep the plan order (Johnson's rule sorts stably): a one-dataset grid renders as before
+    assert cost_ordered_sets(plan, sets, plan.trials, render_cpus=1, trial_slots=1) == sets
 
 OVERLAP_GRID = """
 name: ov
