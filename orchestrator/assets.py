@@ -57,10 +57,10 @@ def prepare_video_assets(plan, dataset: str, perturbation: str, embedder_path: s
         return json.loads(cache.read_text())
     needs = perturbation_info(perturbation).assets
     ds = plan.datasets[dataset]
-    gpus = 1 if plan.grid.runtime.gpus_per_trial > 0 else 0
-    from orchestrator import ray_env
+    from orchestrator.submit import producer_share
 
-    cpus = 1 if gpus else ray_env.largest_node_cpus()   # fits on one node
+    # runs while Ray Tune waits on the gate for these assets: at most what one trial slot leaves (producer_share)
+    cpus, gpus = producer_share(plan)
     task = ray.remote(num_cpus=cpus, num_gpus=gpus)(_prepare_task)
     paths = asset_paths(plan.grid, dataset)
     result = ray.get(task.remote(perturbation, dataset, ds.root, ds.options, {k: paths.get(k) for k in needs.keys},

@@ -27,6 +27,7 @@ finishes. The progress display shows the render stream and the trials side by si
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 import uuid
@@ -168,12 +169,10 @@ def launch_models(plan: Plan, console: Console, cpus: int | None = None) -> dict
 
     models = checkpoint_paths(plan)
     refs: dict[str, Any] = {}
-    gpus = 1 if plan.grid.runtime.gpus_per_trial > 0 else 0
-    from orchestrator import ray_env
-
-    # a task asking for more CPUs than one node holds never starts: at most the largest node's (orchestrator/ray_env.py)
-    cpus = 1 if gpus else max(1, min(cpus or int(ray.available_resources().get("CPU", 1)),
-                                     ray_env.largest_node_cpus()))
+    most_cpus, gpus = producer_share(plan)
+    # at most what one node holds beside one trial slot (producer_share): an X-Pool fine-tune starts when its
+    # clip4clip is done, possibly while Ray Tune waits on the gate with an idle trial actor cached
+    cpus = 1 if gpus else max(1, min(cpus or int(ray.available_resources().get("CPU", 1)), most_cpus))
     task = ray.remote(num_cpus=cpus, num_gpus=gpus)(_finetune_task)
     for (backbone, source), m in plan.models.items():  # plan order: clip4clip before the X-Pool starting from it
         path = plan.model_path(backbone, source)
@@ -326,10 +325,13 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     try:
         with progress:
             pipeline.start()
+            # one trial slot: no actor reuse, or an idle cached trial actor would hold the only slot that a check or
+            # fine-tune still to come needs (producer_share)
             run_trials(todo, env, storage_path=str(paths.grid_dir(grid.name) / "tune"), name=submission,
                        cpus_per_trial=rt.cpus_per_trial, gpus_per_trial=rt.gpus_per_trial,
                        max_failures=rt.max_failures, max_concurrent=rt.max_concurrent_trials,
-                       on_result=recorder.result, on_crash=recorder.crash, gate=gate)
+                       on_result=recorder.result, on_crash=recorder.crash, gate=gate,
+                       reuse_actors=trial_slots(plan) >= 2)
             pipeline.finish()   # the render sets no remaining trial needed, the text sets; re-raises a stage error
             progress.update(recorder.task, total=len(todo) - pipeline.checked)
     except KeyboardInterrupt:
@@ -344,6 +346,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
                                            "ran_now_failed": recorder.counts["failed"]}, [], "FAILED")
         except Exception:
             pass
+        tracker.close()
         raise
     summary = report.render = pipeline.stream.summary
     report.timeline = {"start": pipeline.t0, "trials_from": gate.first_ready or 0.0,
@@ -360,8 +363,11 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
         except Exception as err:   # the ledger has them: the next submit or `sync` logs them
             recorder.untracked(err)
     report.ok, report.failed = recorder.counts["ok"], recorder.counts["failed"]
-    finish(plan, grid, ledger, report, console, t_start, summary, recorder.counts, status, submission,
-           tracker if recorder.tracking else None)
+    try:
+        finish(plan, grid, ledger, report, console, t_start, summary, recorder.counts, status, submission,
+               tracker if recorder.tracking else None)
+    finally:
+        tracker.close()
     if status == "KILLED":
         raise KeyboardInterrupt
     return report
@@ -402,6 +408,27 @@ def render_actors(plan: Plan, actors: int | None = None) -> int:
         keep = rt.cpus_per_trial
     return max(1, int(cpus - keep))
 
+
+
+def producer_share(plan: Plan) -> tuple[int, float]:
+    """(CPUs, GPUs) a task that makes trial inputs (a fine-tune, the per-video assets) may ask for while Ray Tune
+    runs: what the largest node holds less one trial slot. While the gate has no trial ready, Tune waits with one
+    idle trial actor cached (TuneController's actor cache, `may_keep_one`), holding its CPUs and GPU share; a task
+    asking for more than the rest never starts, and the gate never opens (a render stage test hung on exactly this,
+    an asset task asking for every CPU). GPUs: a whole GPU where the cluster has two or more (the idle actor holds a
+    share of one), else what one slot leaves of the single GPU, at least one slot's share. A single-slot cluster
+    runs its trials without actor reuse instead (`trial_slots`, submit)."""
+    from orchestrator import ray_env
+
+    rt = plan.grid.runtime
+    cpus = max(1, ray_env.largest_node_cpus() - int(math.ceil(rt.cpus_per_trial)))
+    if rt.gpus_per_trial <= 0:
+        return cpus, 0.0
+    import ray
+
+    total = ray.cluster_resources().get("GPU", 0)
+    gpus = 1.0 if total >= 2 else max(rt.gpus_per_trial, min(1.0, total) - rt.gpus_per_trial)
+    return 1, round(gpus, 4)
 
 
 def trial_slots(plan: Plan) -> float:

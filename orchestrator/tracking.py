@@ -121,6 +121,13 @@ class Tracker:
         if self._writer is not None:
             self._writer.flush()
 
+    def close(self) -> None:
+        """End the background logging thread after what is queued (without waiting for it): a process that submits
+        many grids (the tests, a notebook) would otherwise keep one idle thread per submission."""
+        if self._writer is not None:
+            self._writer.stop()
+            self._writer = None
+
     def experiment(self, grid_name: str) -> str:
         if grid_name in self._experiments:
             return self._experiments[grid_name]
@@ -335,17 +342,31 @@ class TrialLogWriter:
     def flush(self) -> None:
         self.queue.join()
 
+    def stop(self) -> None:
+        """The thread ends once the items queued before this are logged."""
+        self.queue.put(None)
+
     def _loop(self) -> None:
-        while True:
-            items = [self.queue.get()]
+        stop = False
+        while not stop:
+            first = self.queue.get()
+            if first is None:
+                self.queue.task_done()
+                return
+            items = [first]
             # what queues within half a second goes in one transaction (Tracker.log_trials): logging one run at a
             # time kept this thread busy 60% of the time at 4,270 no-op trials, slowing Tune's loop on the GIL
             deadline = time.monotonic() + self.linger_s
             while len(items) < 1000:
                 try:
-                    items.append(self.queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                    item = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
+                if item is None:
+                    self.queue.task_done()
+                    stop = True
+                    break
+                items.append(item)
             try:
                 if self.failed is None:
                     self._log(items)

@@ -296,7 +296,7 @@ class GatedSearcher(Searcher):
 def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_path: str, name: str,
                cpus_per_trial: float, gpus_per_trial: float, max_failures: int, max_concurrent: int | None,
                on_result: Callable[[dict[str, Any]], None], on_crash: Callable[[dict[str, Any], str], None],
-               gate: ReadyGate | None = None, trainable: Callable | None = None):
+               gate: ReadyGate | None = None, trainable: Callable | None = None, reuse_actors: bool = True):
     """Run the trials on the connected Ray cluster; returns (Tune's ResultGrid, seconds). With a `gate`, trials start
     as their inputs become ready (GatedSearcher); without one, all of them are ready. `trainable` replaces
     `trial_trainable` (benchmarks/cluster_sim.py runs the same hand-off with trials that sleep their cost)."""
@@ -308,7 +308,7 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
     trainable = tune.with_resources(fn, {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
     tuner = tune.Tuner(
         trainable,
-        tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=max_concurrent,
+        tune_config=tune.TuneConfig(reuse_actors=reuse_actors, max_concurrent_trials=max_concurrent,
                                     search_alg=GatedSearcher(gate), num_samples=max(1, len(gate)),
                                     trial_name_creator=_short_name, trial_dirname_creator=_short_name),
         run_config=tune.RunConfig(name=name, storage_path=storage_path, verbose=0,
