@@ -37,8 +37,8 @@ examples:
   python -m orchestrator render grids/quickstart.yaml                 # fill the render cache only
   python -m orchestrator render --contact-sheet docs/contact_sheet.png  # one frame per type x severity""",
     "convert-checkpoint": """formats read (detected from the content): the X-Pool / HAT-VTR authors' checkpoints
-({"state_dict": ...} with clip.* and pool_frames.*), a Hugging Face CLIPModel folder, OpenAI's TorchScript ViT-B-32.pt, an open_clip
-state dict. OpenAI-derived weights need a QuickGELU config (ViT-B-32-quickgelu, not ViT-B-32).
+({"state_dict": ...} with clip.* and pool_frames.*), a Hugging Face CLIPModel folder, OpenAI's TorchScript
+ViT-B-32.pt, an open_clip state dict. OpenAI-derived weights need a QuickGELU config (ViT-B-32-quickgelu, not ViT-B-32).
 examples:
   python -m orchestrator convert-checkpoint xpool_msrvtt9k/model_best.pth ckpt/xpool-msrvtt.pt \\
       --clip-model ViT-B-32-quickgelu --backbone xpool
