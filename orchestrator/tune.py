@@ -156,13 +156,20 @@ class OneLineStateErrors(logging.Filter):
         self.said: set[str] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not record.exc_info or record.levelno < logging.ERROR:
+        message = record.getMessage()
+        if record.exc_info and record.levelno >= logging.ERROR:
+            err = record.exc_info[1]
+            cause = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        elif "Traceback (most recent call last)" in message:
+            # Ray Train's background syncer (the same state, copied to the storage path) puts the traceback in the
+            # message itself: its last line is the error
+            cause = message.strip().splitlines()[-1].strip()
+        else:
             return True
-        err = record.exc_info[1]
-        cause = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         if cause not in self.said:
             self.said.add(cause)
-            where = record.getMessage().split("'")[1] if "'" in record.getMessage() else "the results directory"
+            first = message.splitlines()[0] if message else ""
+            where = first.split("'")[1] if first.count("'") >= 2 else "the results directory"
             print(f"Ray Tune could not save its experiment state under {where} ({cause}); the ledger keeps every "
                   "result", flush=True)
         return False
@@ -321,12 +328,14 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
     analysis_log = logging.getLogger("ray.tune.analysis.experiment_analysis")
     level = analysis_log.level
     analysis_log.setLevel(logging.ERROR)
-    state_log = logging.getLogger("ray.tune.execution.experiment_state")
+    state_logs = [logging.getLogger(n) for n in ("ray.tune.execution.experiment_state", "ray.train._internal.syncer")]
     one_line = OneLineStateErrors()
-    state_log.addFilter(one_line)
+    for log in state_logs:
+        log.addFilter(one_line)
     try:
         grid = tuner.fit()
     finally:
         analysis_log.setLevel(level)
-        state_log.removeFilter(one_line)
+        for log in state_logs:
+            log.removeFilter(one_line)
     return grid, time.time() - t0
