@@ -57,6 +57,16 @@ def shared_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("mlvp-cache")
 
 
+def private_cache(path: Path, shared_cache: Path, share=("datasets", "models", "gallery")) -> Path:
+    """A cache at `path` of its own (renders, prepared assets) whose `share` folders are the session cache's (linked,
+    so what one test generates or fine-tunes, every later one reuses): for tests that corrupt or count renders."""
+    path.mkdir(parents=True, exist_ok=True)
+    for sub in share:
+        (shared_cache / sub).mkdir(parents=True, exist_ok=True)
+        os.symlink(shared_cache / sub, path / sub)
+    return path
+
+
 # -- the five real datasets' annotation layouts, tiny stand-ins (a stand-in video file each): enough to plan a grid
 N_TEST = {"msrvtt": 4, "activitynet": 3, "lsmdc": 2, "msvd": 2, "didemo": 3}
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import write_micro_grid
+from conftest import private_cache, write_micro_grid
 from orchestrator.grid import load_grid
 from orchestrator.ledger import TrialLedger
 from orchestrator.plan import Paths, build_plan
@@ -48,6 +48,7 @@ def test_bad_grid_exits_2_with_one_line(tmp_path):
 def test_failed_trial_shows_in_status_and_resume_reruns_it(tmp_path, shared_cache):
     grid_file = write_micro_grid(tmp_path / "cli.yaml", name="cli", backbones="[clip4clip]", methods="[source]",
                                  perturbations="[impulse_noise]", severities="[2]")
+    private_cache(tmp_path / "cache", shared_cache)   # its renders are its own: it corrupts one
     common = ["--results-dir", str(tmp_path / "results"), "--cache-dir", str(tmp_path / "cache")]
     out = cli("submit", str(grid_file), *common, "--num-cpus", "2", "--no-dashboard")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

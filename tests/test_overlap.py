@@ -1,11 +1,10 @@
 """Rendering and trials overlap in `submit` (orchestrator/submit.py, docs/architecture.md "Overlap"): with real Ray
 Data and Ray Tune, the trials of the first render sets finish while later sets are still being rendered."""
-import os
 from pathlib import Path
 
 import pytest
 
-from conftest import write_micro_grid
+from conftest import private_cache, write_micro_grid
 from orchestrator.grid import load_grid
 from orchestrator.ledger import TrialLedger
 from orchestrator.plan import Paths, build_plan
@@ -95,11 +94,7 @@ def test_trials_of_early_render_sets_run_while_the_last_set_is_rendered(tmp_path
     # long enough to outlast Ray Tune's start-up; the cheap noise sets come first (grid order), their trials beside it
     from orchestrator.submit import SubmitOptions, submit
 
-    cache = tmp_path / "cache"            # renders of its own (the session cache may hold these clips already)
-    cache.mkdir()
-    for sub in ("datasets", "models", "gallery"):
-        (shared_cache / sub).mkdir(parents=True, exist_ok=True)
-        os.symlink(shared_cache / sub, cache / sub)
+    cache = private_cache(tmp_path / "cache", shared_cache)   # renders of its own (the session's may hold these)
     results = tmp_path / "results"
     opts = SubmitOptions(results_dir=str(results), cache_dir=str(cache), num_cpus=3, dashboard=False)
     # the checkpoint and its check first (the clean cell alone), so what follows is rendering beside trials

@@ -1,12 +1,11 @@
 """The Ray Data render stage through real submissions: all 12 perturbation types, each cache key rendered exactly
 once across two submissions, corrupt cache entries re-rendered, a corrupt source video failing only its clips."""
-import os
 import shutil
 
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import write_micro_grid
+from conftest import private_cache, write_micro_grid
 from orchestrator.grid import load_grid
 from orchestrator.ledger import TrialLedger
 from orchestrator.plan import Paths, build_plan
@@ -27,11 +26,7 @@ def cache_files(root):
 def test_all_types_render_once_and_run_as_trials(tmp_path, shared_cache):
     grid_file = write_micro_grid(tmp_path / "all.yaml", name="all12", backbones="[clip4clip]", methods="[source]",
                                  perturbations=ALL, severities="[2]")
-    cache = tmp_path / "cache"  # private render cache (data and checkpoints are shared)
-    for sub in ("datasets", "models"):
-        (cache / sub).mkdir(parents=True)
-        for item in (shared_cache / sub).glob("*") if (shared_cache / sub).exists() else []:
-            os.symlink(item, cache / sub / item.name)
+    cache = private_cache(tmp_path / "cache", shared_cache, ("datasets", "models"))  # renders counted: its own
     opts = SubmitOptions(results_dir=str(tmp_path / "results"), cache_dir=str(cache), num_cpus=2, dashboard=False)
 
     first = submit(str(grid_file), opts)
