@@ -90,13 +90,16 @@ class SyntheticDataset(MSRVTTDataset):
     (except domain) plus `workers` (processes used when generating; does not change the output)."""
 
     domain: ClassVar[str] = "a"
-    option_defaults = {**{f.name: f.default for f in fields(SyntheticConfig) if f.name != "domain"}, "workers": None}
+    version: ClassVar[int] = 1  # generator version (not an option: one dataset name per version)
+    option_defaults = {**{f.name: f.default for f in fields(SyntheticConfig)
+                          if f.name not in ("domain", "version", "train_size", "train_fps")}, "workers": None}
     provide = "the synthetic dataset is generated automatically; this should not happen (file a bug)"
 
     def __init__(self, root: str | os.PathLike | None = None, **options):
         super().__init__(root=root, **options)
-        cfg = {k: v for k, v in options.items() if k != "workers"}
-        self.config = SyntheticConfig(domain=self.domain, **cfg)
+        cfg = {**self.option_defaults, **options}
+        cfg.pop("workers")
+        self.config = SyntheticConfig(domain=self.domain, version=self.version, **cfg)
         self._data_dir: Path | None = None
 
     @classmethod
@@ -104,7 +107,9 @@ class SyntheticDataset(MSRVTTDataset):
         """Names and kinds as every dataset, then SyntheticConfig's own ranges (sizes, counts)."""
         super().check_options(options)
         try:
-            SyntheticConfig(domain=cls.domain, **{k: v for k, v in options.items() if k != "workers"})
+            cfg = {**cls.option_defaults, **options}
+            cfg.pop("workers")
+            SyntheticConfig(domain=cls.domain, version=cls.version, **cfg)
         except (TypeError, ValueError) as err:
             raise DatasetError(f"dataset {cls.name!r}: {err}") from None
 
@@ -130,7 +135,7 @@ class SyntheticDataset(MSRVTTDataset):
 
     def describe(self) -> dict:
         return {"name": self.name, "root": str(self.location.parent), "data_dir": str(self.location),
-                "generator_version": GENERATOR_VERSION, "digest": config_digest(self.config),
+                "generator_version": self.config.version, "digest": config_digest(self.config),
                 "config": asdict(self.config)}
 
     def _make_split(self, name: str, pairs: Sequence[VideoTextPair]) -> Split:
@@ -144,8 +149,21 @@ class SyntheticDataset(MSRVTTDataset):
         return [r for r in rows if split is None or r["split"] == split]
 
 
+V2_DEFAULTS = {"size": 128, "num_frames": 72, "fps": 24, "train_size": 64, "train_fps": 8}
+
+
 @register_dataset("synthetic")
 class SyntheticA(SyntheticDataset):
+    """The embedded default: generator version 2 (issue #12), domain A."""
+    domain = "a"
+    version = 2
+    option_defaults = {**SyntheticDataset.option_defaults, **V2_DEFAULTS}
+
+
+@register_dataset("synthetic_v1")
+class SyntheticV1(SyntheticDataset):
+    """The embedded default before issue #12 (generator version 1, domain A: 64 px, 16 frames at 8 fps), for
+    comparison; its files and digest are exactly those `synthetic` had then."""
     domain = "a"
 
 
