@@ -28,15 +28,15 @@ import os
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import argparse
-import json
-import sys
-import tempfile
-import time
-from pathlib import Path
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
-import numpy as np
-import yaml
+import numpy as np  # noqa: E402
+import yaml  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -187,8 +187,8 @@ def main(argv=None) -> int:
         text = torch.cat([model.encode_text(model.tokenize(caps[i:i + 64])) for i in range(0, len(caps), 64)])
         table: dict[tuple[str, int], dict] = {}
         for pert, sev in plan.renders[name]:
-            clips = np.stack([rcache.read(k)[0] for p in queries
-                              for k in render_keys(plan, name, p.video_id) if (k.perturbation, k.severity) == (pert, sev)])
+            clips = np.stack([rcache.read(k)[0] for p in queries for k in render_keys(plan, name, p.video_id)
+                              if (k.perturbation, k.severity) == (pert, sev)])
             feats = torch.cat([model.encode_frames(model.preprocess_frames(torch.from_numpy(clips[i:i + 32])))
                                for i in range(0, len(clips), 32)])
             sims = cosine_similarity(text, model.pool(text, F.normalize(feats, dim=-1))).t().numpy()  # v2t
