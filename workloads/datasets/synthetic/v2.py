@@ -26,8 +26,9 @@ TRAIL_S = ((0.5, 0.2), (0.25, 0.4))
 MOTION_PHRASES = {"left": "moves left", "right": "moves right", "up": "moves up", "down": "moves down",
                   "still": "stays still"}
 LIGHTING = (0.8, 1.15)  # per-clip gain range (scene brightness)
-CONTRAST = (0.45, 1.1)  # per-clip contrast range around the clip's mean (hazy to crisp scenes)
-VEIL = (0.0, 0.35)      # per-clip haze: blend towards a light grey (VEIL_GREY) by this fraction
+CONTRAST = (0.3, 1.1)   # per-clip contrast range around the clip's mean (hazy to crisp scenes)
+VEIL = (0.0, 0.5)       # per-clip haze: blend towards a light grey (VEIL_GREY) by this fraction (mean over the frame;
+                        # it varies linearly across the frame by +-`slope` x veil, in a random direction)
 VEIL_GREY = 215.0
 GRAIN = (1.0, 4.0)      # per-clip sensor noise std (grey levels) as seen at 64 px; drawn per pixel and frame
 
@@ -176,7 +177,8 @@ def _geometry(rng, cfg: SyntheticConfig, attrs: dict) -> dict:
     background = {**attrs["background"], "rgb": [int(c) for c in bg_rgb],
                   "period": r3(dom.period * rng.uniform(0.85, 1.15)), "phase": [r3(rng.uniform()), r3(rng.uniform())]}
     lighting = {"gain": r3(rng.uniform(*LIGHTING)), "contrast": r3(rng.uniform(*CONTRAST)),
-                "veil": r3(rng.uniform(*VEIL)), "grain": r3(rng.uniform(*GRAIN))}
+                "veil": r3(rng.uniform(*VEIL)), "veil_slope": r3(rng.uniform(0.0, 0.8)),
+                "veil_angle": r3(rng.uniform(0.0, 360.0)), "grain": r3(rng.uniform(*GRAIN))}
     return {"structure": attrs["structure"], "background": background, "objects": objects, "lighting": lighting,
             "duration": r3(D), "noise_seed": int(rng.integers(2**31 - 1))}
 
@@ -300,7 +302,10 @@ def render_clip(clip: dict, config: SyntheticConfig) -> np.ndarray:
     light = clip["lighting"]
     mean = frames.mean()  # one level per clip: no flicker
     frames = (mean + (frames - mean) * light["contrast"]) * light["gain"]
-    frames += (VEIL_GREY - frames) * light["veil"]
+    th = np.deg2rad(light["veil_angle"])
+    ramp = ((xx / S - 0.5) * np.cos(th) + (yy / S - 0.5) * np.sin(th)) * 2.0  # -1.4 .. 1.4 across the frame
+    veil = np.clip(light["veil"] * (1.0 + light["veil_slope"] * ramp), 0.0, 0.9).astype(np.float32)
+    frames += (VEIL_GREY - frames) * veil[None, ..., None]
     # sensor grain, defined at the model's 64 px: std x (S / 64) at S px, so an area resize to 64 px (which averages
     # (S / 64)^2 pixels) leaves the same grain whatever size the clip is drawn at
     rng = np.random.default_rng([clip["noise_seed"], S])
