@@ -26,10 +26,11 @@ TRAIL_S = ((0.5, 0.2), (0.25, 0.4))
 MOTION_PHRASES = {"left": "moves left", "right": "moves right", "up": "moves up", "down": "moves down",
                   "still": "stays still"}
 LIGHTING = (0.8, 1.15)  # per-clip gain range (scene brightness)
-CONTRAST = (0.3, 1.1)   # per-clip contrast range around the clip's mean (hazy to crisp scenes)
-VEIL = (0.0, 0.5)       # per-clip haze: blend towards a light grey (VEIL_GREY) by this fraction (mean over the frame;
+CONTRAST = (0.75, 1.1)  # per-clip contrast range around the clip's mean
+VEIL = (0.0, 0.1)       # per-clip haze: blend towards a light grey (VEIL_GREY) by this fraction (mean over the frame;
                         # it varies linearly across the frame by +-`slope` x veil, in a random direction)
 VEIL_GREY = 215.0
+PAN = (0.02, 0.05)      # camera pan speed (frame sides per second; the background slides, the objects do not)
 GRAIN = (1.0, 4.0)      # per-clip sensor noise std (grey levels) as seen at 64 px; drawn per pixel and frame
 
 
@@ -176,6 +177,9 @@ def _geometry(rng, cfg: SyntheticConfig, attrs: dict) -> dict:
     bg_rgb = np.clip(np.array(dom.backgrounds[attrs["background"]["colour"]]) + rng.integers(-8, 9, 3), 0, 255)
     background = {**attrs["background"], "rgb": [int(c) for c in bg_rgb],
                   "period": r3(dom.period * rng.uniform(0.85, 1.15)), "phase": [r3(rng.uniform()), r3(rng.uniform())]}
+    pan_angle = np.deg2rad(rng.uniform(0.0, 360.0))
+    pan_speed = rng.uniform(*PAN)
+    background["pan"] = [r3(pan_speed * np.cos(pan_angle)), r3(pan_speed * np.sin(pan_angle))]
     lighting = {"gain": r3(rng.uniform(*LIGHTING)), "contrast": r3(rng.uniform(*CONTRAST)),
                 "veil": r3(rng.uniform(*VEIL)), "veil_slope": r3(rng.uniform(0.0, 0.8)),
                 "veil_angle": r3(rng.uniform(0.0, 360.0)), "grain": r3(rng.uniform(*GRAIN))}
@@ -281,9 +285,12 @@ def render_clip(clip: dict, config: SyntheticConfig) -> np.ndarray:
     D = clip["duration"]
     yy, xx = (np.mgrid[0:S, 0:S].astype(np.float32) + 0.5)
     bg = {**clip["background"], "period": clip["background"]["period"] * S}
-    bg["phase"] = clip["background"]["phase"]
-    frames = np.repeat(_background(bg, dom, xx, yy, S)[None], T, axis=0)
     ts = (np.arange(T, dtype=np.float32) + 0.5) * (D / T)  # frame centres in time: same instants at any rate
+    # the camera pans: the background pattern slides by pan x t (the pattern shifted = its phase advanced)
+    vx, vy = clip["background"]["pan"]
+    px, py = clip["background"]["phase"]
+    P = clip["background"]["period"]
+    frames = np.stack([_background({**bg, "phase": [px - vx * t / P, py - vy * t / P]}, dom, xx, yy, S) for t in ts])
     rgb = np.asarray([o["rgb"] for o in clip["objects"]], np.float32)
     for k, obj in enumerate(clip["objects"]):
         keep = np.ones((T, S, S), np.float32)
