@@ -1,6 +1,6 @@
 """Calibration of the embedded default against the paper's Table 1 (issue #12), without the Ray grid.
 
-    python benchmarks/calibrate_default.py [--grid grids/all_perturbations.yaml] [--dataset synthetic]
+    python benchmarks/calibrate_default.py [--grid grids/all_perturbations.yaml] [--dataset synthetic_v2]
         [--option size=160 ...] [--queries N] [--types gaussian_noise,...] [--severities 1,2,3,4,5] [--steps N]
 
 Builds the grid's plan (orchestrator/plan.py: the same dataset, fine-tuning config, render keys and cache paths as
@@ -54,6 +54,11 @@ def spearman(a, b) -> float:
 
 def _grid(path: str, dataset: str, options: dict, types, severities, tmp: Path) -> Path:
     raw = yaml.safe_load(Path(path).read_text())
+    if dataset not in raw["datasets"] and len(raw["datasets"]) == 1:
+        # the grid's one dataset replaced by `dataset` (all_perturbations.yaml names the default, `synthetic`)
+        (only,) = raw["datasets"]
+        raw["datasets"] = {dataset: raw["datasets"][only]}
+        raw["query_shift"]["datasets"] = [dataset]
     ds = raw["datasets"].get(dataset) or {}
     if options:
         opts = dict(ds.get("options", {})) if "options" in ds else dict(ds)
@@ -73,7 +78,8 @@ def _grid(path: str, dataset: str, options: dict, types, severities, tmp: Path) 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--grid", default="grids/all_perturbations.yaml")
-    ap.add_argument("--dataset", default="synthetic")
+    ap.add_argument("--dataset", default="synthetic_v2",
+                    help="the dataset to calibrate, in place of the grid's (default: generator version 2)")
     ap.add_argument("--option", action="append", default=[], help="dataset option key=value (repeatable)")
     ap.add_argument("--queries", type=int, default=0, help="first N test videos as queries (0: all)")
     ap.add_argument("--types", default="", help="comma-separated perturbation types (default: the grid's)")

@@ -1,4 +1,4 @@
-"""Cost of the embedded default, version 2 (`synthetic`, issue #12) beside version 1 (`synthetic_v1`), in one run:
+"""Cost of generator version 2 (`synthetic_v2`, issue #12) beside the default, version 1 (`synthetic`), in one run:
 
     python benchmarks/default_cost.py [--root DIR] [--steps 500] [--workers 1]
 
@@ -76,16 +76,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     root = Path(args.root or tempfile.mkdtemp(prefix="mlvp-cost-"))
     rows = {}
-    for name in ("synthetic_v1", "synthetic"):
+    for name in ("synthetic", "synthetic_v2"):
         rows[name] = measure(name, root, args.steps, args.workers)
         print(name, {k: round(v, 1) for k, v in rows[name].items()}, flush=True)
-    print("\n| stage (s, one process) | synthetic_v1 (64 px, 16 fr @ 8 fps) | synthetic v2 (128 px, 72 fr @ 24 fps; "
+    print("\n| stage (s, one process) | synthetic (v1: 64 px, 16 fr @ 8 fps) | synthetic_v2 (128 px, 72 fr @ 24 fps; "
           "train 64 px, 24 fr) |")
     print("|---|---:|---:|")
     for k, label in (("generate", "generate 3,000 train + 256 test clips"), ("finetune", "fine-tune CLIP4Clip"),
                      ("render", "render the quickstart's 7 cells x 256 clips"), ("video_MB", "videos on disk (MB)"),
                      ("clean_R1", "clean v2t R@1 (%)")):
-        print(f"| {label} | {rows['synthetic_v1'][k]:.1f} | {rows['synthetic'][k]:.1f} |")
+        print(f"| {label} | {rows['synthetic'][k]:.1f} | {rows['synthetic_v2'][k]:.1f} |")
     return 0
 
 

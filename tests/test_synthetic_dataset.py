@@ -13,8 +13,8 @@ from workloads.datasets import DatasetError, create_dataset
 from workloads.datasets import synthetic as S
 from workloads.video_io import read_frames, read_video
 
-# version 1 (`synthetic_v1`, the default before issue #12) below; version 2 (`synthetic`) at the end
-V1 = "synthetic_v1"
+# version 1 (`synthetic`, the embedded default) below; version 2 (`synthetic_v2`, issue #12's candidate) at the end
+V1 = "synthetic"
 SMALL = dict(seed=0, n_train=60, n_test=24, size=32, num_frames=16, fps=8)
 ANNOTATIONS = (S.TEST_CSV, S.TRAIN_CSV, S.DATA_JSON, S.ATTRIBUTES, S.MANIFEST)
 
@@ -245,16 +245,16 @@ def test_options_and_default_root(tmp_path, monkeypatch):
 V2_SMALL = dict(seed=0, n_train=80, n_test=24, size=64, num_frames=24, fps=12, train_size=32, train_fps=4)
 
 
-def test_version_1_keeps_its_digest_and_version_2_is_the_default(tmp_path):
-    # the digest `synthetic` had before issue #12 (GENERATOR_VERSION 1, 64 px / 16 frames / 8 fps): unchanged, so
-    # version-1 caches, checkpoints and ledger keys stay valid under their own name
+def test_the_default_keeps_its_digest_and_version_2_is_a_dataset_of_its_own(tmp_path):
+    # the digest `synthetic` had before generator version 2 existed: unchanged, so caches, checkpoints and ledger keys
+    # of the default stay valid
     assert S.config_digest(S.SyntheticConfig()) == "655f4f7cf551"
-    v1 = create_dataset("synthetic_v1", root=str(tmp_path))
-    v2 = create_dataset("synthetic", root=str(tmp_path))
-    assert v1.version() == "synthetic_v1-655f4f7cf551"
+    v1 = create_dataset("synthetic", root=str(tmp_path))
+    v2 = create_dataset("synthetic_v2", root=str(tmp_path))
+    assert v1.version() == "synthetic-655f4f7cf551"
     assert v1.config.version == 1 and v2.config.version == 2
     assert (v2.config.size, v2.config.fps, v2.config.num_frames) == (128, 24, 72)
-    assert v2.version() != v1.version() and v2.version().startswith("synthetic-")
+    assert v2.version() != v1.version() and v2.version().startswith("synthetic_v2-")
     assert v2.describe()["generator_version"] == 2
     # the same options under version 2 give another digest (the version is part of it)
     assert S.config_digest(replace(v1.config, version=2)) != S.config_digest(v1.config)
@@ -265,9 +265,9 @@ def test_version_1_keeps_its_digest_and_version_2_is_the_default(tmp_path):
     k2 = RenderKey("synthetic", v2.version(), "v0", "fog", 3, 0, 12, 64, "")
     assert k1.digest != k2.digest
     with pytest.raises(DatasetError, match="unknown option"):
-        create_dataset("synthetic", root=str(tmp_path), version=1)  # one dataset name per version
+        create_dataset("synthetic_v2", root=str(tmp_path), version=1)  # one dataset name per version
     with pytest.raises(DatasetError, match="unknown option"):
-        create_dataset("synthetic_v1", root=str(tmp_path), train_size=32)  # a version-2 option
+        create_dataset("synthetic", root=str(tmp_path), train_size=32)  # a version-2 option
     with pytest.raises(DatasetError, match="version 2"):
         S.SyntheticConfig(version=1, train_size=32)
 
@@ -296,7 +296,7 @@ def test_version_2_ordered_captions_both_orders_and_vocabulary():
 
 
 def test_version_2_test_clips_native_train_clips_cheaper(tmp_path):
-    ds = create_dataset("synthetic", root=str(tmp_path), **V2_SMALL)
+    ds = create_dataset("synthetic_v2", root=str(tmp_path), **V2_SMALL)
     t, tr = ds.test_split(), ds.train_split()
     assert read_video(t.pairs[0].video_path).shape == (24, 64, 64, 3)
     assert read_video(tr.pairs[0].video_path).shape == (8, 32, 32, 3)  # 2 s at 4 fps, 32 px

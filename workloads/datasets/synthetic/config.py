@@ -11,12 +11,12 @@ import numpy as np
 from workloads.datasets.base import DatasetError
 from workloads.seeding import digest
 
-# The generator versions: a config's `version` picks one. Version 1 is the original 64 px / 8 fps default (now the
-# dataset `synthetic_v1`, and domains B and C); version 2 the calibrated default of issue #12 (`synthetic`). The
+# The generator versions: a config's `version` picks one. Version 1 is the 64 px / 8 fps default (`synthetic`, and
+# domains B and C); version 2 the calibration attempt of issue #12 (`synthetic_v2`, not adopted). The
 # version is part of the config digest, hence of the cache directory name and every ledger key that names the data.
 # Bump a version's number (add a new one) when anything changes what generate() writes for a given config.
 GENERATOR_VERSIONS = (1, 2)
-GENERATOR_VERSION = 2  # the newest (the default dataset's)
+GENERATOR_VERSION = 2  # the newest
 V2_ONLY_FIELDS = ("version", "train_size", "train_fps")
 
 SHAPES = ("circle", "square", "triangle", "cross")
