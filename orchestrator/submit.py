@@ -150,8 +150,12 @@ def announce_generation(name: str, dataset, console: Console) -> None:
     from workloads.datasets.synthetic import is_complete
 
     if not is_complete(location, config):
+        sizes = f"{config.size}px"
+        if getattr(config, "version", 1) == 2:  # test clips at their native size, train clips cheaper
+            train_px = min(config.train_size or config.size, config.size)
+            sizes = f"test {config.size}px {config.fps} fps, train {train_px}px"
         console.print(f"generating dataset {name} ({config.n_train} train / {config.n_test} test clips, "
-                      f"{config.size}px, H.264) into {location} (first use only) ...")
+                      f"{sizes}, H.264) into {location} (first use only) ...")
 
 
 def checkpoint_paths(plan: Plan) -> dict[str, dict[str, Any]]:

@@ -1,7 +1,45 @@
 """The embedded default dataset: synthetic video-text pairs, generated deterministically from a seed, written as real
 H.264 .mp4 files plus annotation files in MSRVTT's layout, so the MSRVTT loader and the decord decode path run on it
-unchanged. Registered as `synthetic` (domain A), `synthetic_b` (domain B) and `synthetic_c` (domain C, the
-zero-shot pretraining style: its frames and captions train the embedded default's "pretrained CLIP").
+unchanged. Registered as
+    `synthetic`     the embedded default: generator version 1 ("Version 1" below), domain A;
+    `synthetic_v2`  generator version 2 (issue #12, "Version 2" below), domain A: native-size test clips with
+                    ordered events, measured as a calibrated default and not adopted (benchmarks/RESULTS.md
+                    section 5, "Calibration attempt": it ranks the perturbation types further from the paper);
+    `synthetic_b`   domain B, version 1; `synthetic_c` domain C, version 1 (the zero-shot pretraining style: its
+                    frames and captions train the embedded default's "pretrained CLIP").
+The generator version is part of the config digest, hence of the cache directory and of every key (checkpoints,
+renders, ledger) that names the data's version: the two versions never mix.
+
+Version 2 (`synthetic_v2`): realistic native size and rate, content beyond colour, ordered captions
+    Test (query) clips: `size` 128 px, `fps` 24, `num_frames` 72 (3 s), perturbed at that size and rate by the render
+    stage and only then resized to the model input, as real videos are (workloads/render_cache.py render_video).
+    Train clips show the same kind of scene over the same 3 s, drawn at `train_size` 64 px and `train_fps` 8 (24
+    frames): fine-tuning resizes every clip to the model input (64 px) anyway, and a test clip drawn at 128 px and
+    area-downsampled to 64 px differs from the same clip drawn at 64 px by ~1 grey level on average
+    (benchmarks/RESULTS.md, section 5, "Calibrated default"). Geometry is in frame units and seconds, so one scene
+    renders at any size / rate (workloads/datasets/synthetic/v2.py).
+    A clip: a background (pattern x colour, as version 1) and one of four event structures:
+        one     one object, one motion (left / right / up / down / still) for the whole clip;
+        turn    one object that changes direction halfway (two different directions);
+        pair    two objects, each with its own motion, both there from the start;
+        appear  one object from the start, a second one that appears halfway (and then moves or stays still).
+    Objects: shape (circle, square, triangle, cross), colour (8), size (small, large), texture (plain, striped:
+    diagonal dark stripes in the object's own frame). Motion trail as version 1 (faint copies 0.25 s and 0.5 s
+    earlier), per-clip lighting (gain 0.8-1.15, contrast 0.75-1.1 around the clip's mean) on top of version 1's
+    jitter. No two test clips share (structure, background, objects with all attributes and motions).
+    Caption grammar (OBJ = "a {size} [striped ]{colour} {shape}", M = moves left / moves right / moves up /
+    moves down / stays still, PLACE = "a {bg colour} {pattern} background"):
+        one     "OBJ M on PLACE"
+        turn    "first OBJ M1, then it M2 on PLACE"
+        pair    "OBJ1 M1 and OBJ2 M2 on PLACE"
+        appear  "first OBJ1 M1, then OBJ2 appears and M2 on PLACE"
+    2nd train caption (paraphrase): "PLACE where ..." (one, turn, appear); pair: the two objects swapped.
+    e.g. "first a large orange square moves left, then a small striped yellow circle appears and moves up on a teal
+    checkered background". What each shift removes: fog / snow mainly colour and contrast (shape, motion, structure
+    and pattern remain); occlusion part of the objects; temporal scrambling trims 60-95% of the clip, so one half of
+    a turn or an appearance is often gone; H.264 at low bitrates the stripes and the pattern.
+
+Version 1 (`synthetic`, `synthetic_b`, `synthetic_c`)
 
 What a clip shows
     `num_frames` frames (default 16 at 8 fps, 64x64) of one or two objects over a textured background. Each object
@@ -61,7 +99,7 @@ Files (MSRVTT's names, so `create_dataset("msrvtt", root=<dir>)` also reads them
     README.txt, manifest.json      manifest (config, digest, file sizes) is written last, atomically
 
 Caching: `create_dataset("synthetic", root=DIR, seed=0, ...)` generates on first use into
-`DIR/<name>-<digest of config + GENERATOR_VERSION>/` (root=None: `$MLVP_CACHE_DIR/datasets`, default
+`DIR/<name>-<digest of config + generator version>/` (root=None: `$MLVP_CACHE_DIR/datasets`, default
 `~/.cache/mlvp/datasets`). Generation runs in a temporary sibling directory that is renamed into place when
 complete, under a file lock, so concurrent callers generate once and a crash never leaves a directory that looks
 complete; a directory whose manifest is missing or disagrees with its files is regenerated. Output is byte-identical
@@ -82,6 +120,7 @@ from workloads.datasets.synthetic.config import (  # noqa: F401  (the package's 
 from workloads.datasets.synthetic.drawing import render_clip  # noqa: F401
 from workloads.datasets.synthetic.files import dataset_dir, ensure_generated, generate, is_complete  # noqa: F401
 from workloads.datasets.synthetic.scenes import _combo_key, sample_clips  # noqa: F401
+from workloads.datasets.synthetic import v2  # noqa: F401,E402  (version 2's sampling and drawing)
 from workloads.seeding import digest
 
 
@@ -90,13 +129,16 @@ class SyntheticDataset(MSRVTTDataset):
     (except domain) plus `workers` (processes used when generating; does not change the output)."""
 
     domain: ClassVar[str] = "a"
-    option_defaults = {**{f.name: f.default for f in fields(SyntheticConfig) if f.name != "domain"}, "workers": None}
+    generator_version: ClassVar[int] = 1  # generator version (not an option: one dataset name per version)
+    option_defaults = {**{f.name: f.default for f in fields(SyntheticConfig)
+                          if f.name not in ("domain", "version", "train_size", "train_fps")}, "workers": None}
     provide = "the synthetic dataset is generated automatically; this should not happen (file a bug)"
 
     def __init__(self, root: str | os.PathLike | None = None, **options):
         super().__init__(root=root, **options)
-        cfg = {k: v for k, v in options.items() if k != "workers"}
-        self.config = SyntheticConfig(domain=self.domain, **cfg)
+        cfg = {**self.option_defaults, **options}
+        cfg.pop("workers")
+        self.config = SyntheticConfig(domain=self.domain, version=self.generator_version, **cfg)
         self._data_dir: Path | None = None
 
     @classmethod
@@ -104,7 +146,9 @@ class SyntheticDataset(MSRVTTDataset):
         """Names and kinds as every dataset, then SyntheticConfig's own ranges (sizes, counts)."""
         super().check_options(options)
         try:
-            SyntheticConfig(domain=cls.domain, **{k: v for k, v in options.items() if k != "workers"})
+            cfg = {**cls.option_defaults, **options}
+            cfg.pop("workers")
+            SyntheticConfig(domain=cls.domain, version=cls.generator_version, **cfg)
         except (TypeError, ValueError) as err:
             raise DatasetError(f"dataset {cls.name!r}: {err}") from None
 
@@ -130,7 +174,7 @@ class SyntheticDataset(MSRVTTDataset):
 
     def describe(self) -> dict:
         return {"name": self.name, "root": str(self.location.parent), "data_dir": str(self.location),
-                "generator_version": GENERATOR_VERSION, "digest": config_digest(self.config),
+                "generator_version": self.config.version, "digest": config_digest(self.config),
                 "config": asdict(self.config)}
 
     def _make_split(self, name: str, pairs: Sequence[VideoTextPair]) -> Split:
@@ -144,9 +188,23 @@ class SyntheticDataset(MSRVTTDataset):
         return [r for r in rows if split is None or r["split"] == split]
 
 
+V2_DEFAULTS = {"size": 128, "num_frames": 72, "fps": 24, "train_size": 64, "train_fps": 8}
+
+
 @register_dataset("synthetic")
 class SyntheticA(SyntheticDataset):
+    """The embedded default: generator version 1, domain A (64 px, 16 frames at 8 fps)."""
     domain = "a"
+
+
+@register_dataset("synthetic_v2")
+class SyntheticV2(SyntheticDataset):
+    """Generator version 2 (issue #12), domain A: test clips at 128 px, 24 fps, 3 s with ordered events. Measured as
+    a candidate for the default and not adopted: it ranks the 12 perturbation types further from the paper than
+    version 1 (benchmarks/RESULTS.md section 5, "Calibration attempt")."""
+    domain = "a"
+    generator_version = 2
+    option_defaults = {**SyntheticDataset.option_defaults, **V2_DEFAULTS}
 
 
 @register_dataset("synthetic_b")

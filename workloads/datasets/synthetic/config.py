@@ -11,8 +11,13 @@ import numpy as np
 from workloads.datasets.base import DatasetError
 from workloads.seeding import digest
 
-# Bump when anything changes what generate() writes for a given config: it is part of the cache directory name.
-GENERATOR_VERSION = 1
+# The generator versions: a config's `version` picks one. Version 1 is the 64 px / 8 fps default (`synthetic`, and
+# domains B and C); version 2 the calibration attempt of issue #12 (`synthetic_v2`, not adopted). The
+# version is part of the config digest, hence of the cache directory name and every ledger key that names the data.
+# Bump a version's number (add a new one) when anything changes what generate() writes for a given config.
+GENERATOR_VERSIONS = (1, 2)
+GENERATOR_VERSION = 2  # the newest
+V2_ONLY_FIELDS = ("version", "train_size", "train_fps")
 
 SHAPES = ("circle", "square", "triangle", "cross")
 COLOURS = ("red", "orange", "yellow", "green", "blue", "purple", "pink", "white")
@@ -115,6 +120,13 @@ class SyntheticConfig:
     fps: int = 8
     captions_per_train_video: int = 2  # 1 or 2 (the second is a paraphrase)
     two_object_prob: float = 0.5
+    # generator version (GENERATOR_VERSIONS); the dataclass defaults above are version 1's, the registered
+    # datasets pass their own (workloads/datasets/synthetic/__init__.py)
+    version: int = 1
+    # version 2 only: size / frame rate of the train clips (0 = as the test clips; never above them). The test
+    # clips are drawn at `size` and `fps`; train clips show the same scenes over the same duration
+    train_size: int = 0
+    train_fps: int = 0
 
     def __post_init__(self):
         for f in fields(self):
@@ -134,6 +146,15 @@ class SyntheticConfig:
             object.__setattr__(self, "two_object_prob", float(self.two_object_prob))
         except (TypeError, ValueError):
             raise DatasetError(f"synthetic dataset: two_object_prob must be a number, got {self.two_object_prob!r}")
+        if self.version not in GENERATOR_VERSIONS:
+            raise DatasetError(f"synthetic dataset: unknown generator version {self.version}; versions: "
+                               f"{list(GENERATOR_VERSIONS)}")
+        if self.version == 1 and (self.train_size or self.train_fps):
+            raise DatasetError("synthetic dataset: train_size and train_fps need generator version 2")
+        if self.version == 2 and self.domain != "a":
+            raise DatasetError("synthetic dataset: generator version 2 has domain A only")
+        if self.train_size < 0 or self.train_size % 2 or self.train_fps < 0:
+            raise DatasetError("synthetic dataset: train_size must be 0 or even, train_fps >= 0")
         if self.domain not in DOMAINS:
             raise DatasetError(f"synthetic dataset: unknown domain {self.domain!r}; domains: {sorted(DOMAINS)}")
         if self.size < 16 or self.size % 2:
@@ -149,8 +170,18 @@ class SyntheticConfig:
             raise DatasetError("synthetic dataset: two_object_prob must be in [0, 1]")
 
 
+def config_record(config: SyntheticConfig) -> dict:
+    """The config as recorded (manifest, digest): version 1's exactly as before version 2 existed (without the
+    version-2 fields), so version-1 digests, cache directories and manifests are unchanged."""
+    rec = asdict(config)
+    if config.version == 1:
+        for key in V2_ONLY_FIELDS:
+            rec.pop(key)
+    return rec
+
+
 def config_digest(config: SyntheticConfig) -> str:
-    return digest({"generator_version": GENERATOR_VERSION, "config": asdict(config)}, length=12)
+    return digest({"generator_version": config.version, "config": config_record(config)}, length=12)
 
 
 def default_root() -> Path:

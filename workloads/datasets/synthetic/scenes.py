@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from workloads.datasets.base import DatasetError
-from workloads.datasets.synthetic.config import (BG_COLOURS, COLOURS, DIRECTIONS, DOMAINS, GENERATOR_VERSION, MOTIONS,
+from workloads.datasets.synthetic.config import (BG_COLOURS, COLOURS, DIRECTIONS, DOMAINS, MOTIONS,
                                                  PATTERNS, SHAPES, SIZES, SyntheticConfig)
 from workloads.seeding import stable_seed
 
@@ -107,10 +107,14 @@ def _min_distance(objects: list[dict], T: int) -> float:
 
 def sample_clips(config: SyntheticConfig) -> list[dict]:
     """The full description of every clip, test first then train, in file order. Each is a JSON-able dict with
-    video_id, split, background, objects, noise_seed and captions."""
+    video_id, split, background, objects, noise_seed and captions (version 2: workloads/datasets/synthetic/v2.py)."""
+    if config.version == 2:
+        from workloads.datasets.synthetic import v2
+
+        return v2.sample_clips(config)
     cfg = config
     dom = DOMAINS[cfg.domain]
-    rng = np.random.default_rng(stable_seed("mlvp-synthetic", GENERATOR_VERSION, cfg.domain, cfg.seed))
+    rng = np.random.default_rng(stable_seed("mlvp-synthetic", 1, cfg.domain, cfg.seed))
     test_keys: set = set()
     test: list[dict] = []
     attempts = 0
