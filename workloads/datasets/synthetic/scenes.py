@@ -113,38 +113,52 @@ def sample_clips(config: SyntheticConfig) -> list[dict]:
 
         return v2.sample_clips(config)
     cfg = config
-    dom = DOMAINS[cfg.domain]
     rng = np.random.default_rng(stable_seed("mlvp-synthetic", 1, cfg.domain, cfg.seed))
+    dom = DOMAINS[cfg.domain]
+    order = [(c, v) for c, vals in CATEGORIES for v in vals] + [("n_objects", "1"), ("n_objects", "2")]
+    return draw_clips(cfg, rng, random_attrs=_random_attrs, combo_key=_combo_key, values=_values, order=order,
+                      geometry=_geometry, caption=dom.caption,
+                      hint=f" (two_object_prob={cfg.two_object_prob})")
+
+
+def draw_clips(cfg: SyntheticConfig, rng: np.random.Generator, *, random_attrs, combo_key, values, order, geometry,
+               caption, forced_value_named: bool = False, hint: str = "") -> list[dict]:
+    """The clips of a config, test first then train, from a generator version's own pieces (version 1 here,
+    version 2 in workloads/datasets/synthetic/v2.py): `n_test` distinct test combinations; then the train clips,
+    first one per (category, value) of `order` that the test captions use and no earlier train clip names (so every
+    test word is seen in training), then random ones, none repeating a test combination; then each clip's geometry
+    and captions. `forced_value_named`: a coverage clip must also name its forced value (`random_attrs` may not
+    honour it)."""
+    dom = DOMAINS[cfg.domain]
     test_keys: set = set()
     test: list[dict] = []
     attempts = 0
     while len(test) < cfg.n_test:
         attempts += 1
         if attempts > 200 * cfg.n_test + 1000:
-            raise DatasetError(f"synthetic dataset: cannot draw {cfg.n_test} distinct test combinations "
-                               f"(two_object_prob={cfg.two_object_prob}); lower n_test")
-        attrs = _random_attrs(rng, cfg)
-        key = _combo_key(attrs)
+            raise DatasetError(f"synthetic dataset: cannot draw {cfg.n_test} distinct test combinations{hint}; "
+                               f"lower n_test")
+        attrs = random_attrs(rng, cfg)
+        key = combo_key(attrs)
         if key not in test_keys:
             test_keys.add(key)
             test.append(attrs)
-    # Train: first the coverage clips (each names a value that the test captions use and that no earlier train
-    # clip names), then random clips; none may repeat a test combination.
+
     def draw(force=None) -> dict:
         for _ in range(10_000):
-            attrs = _random_attrs(rng, cfg, force)
-            if _combo_key(attrs) not in test_keys:
+            attrs = random_attrs(rng, cfg, force)
+            if combo_key(attrs) not in test_keys and (
+                    not forced_value_named or force is None or force in values(attrs)):
                 return attrs
         raise DatasetError("synthetic dataset: cannot draw a train clip outside the test combinations")
 
-    needed = set().union(*(_values(a) for a in test))
-    order = [(c, v) for c, vals in CATEGORIES for v in vals] + [("n_objects", "1"), ("n_objects", "2")]
+    needed = set().union(*(values(a) for a in test))
     train: list[dict] = []
     covered: set = set()
     for value in order:
         if value in needed and value not in covered:
             train.append(draw(value))
-            covered |= _values(train[-1])
+            covered |= values(train[-1])
     if len(train) > cfg.n_train:
         raise DatasetError(f"synthetic dataset: n_train={cfg.n_train} is too small to show every attribute value "
                            f"used by the test captions (needs {len(train)})")
@@ -156,8 +170,8 @@ def sample_clips(config: SyntheticConfig) -> list[dict]:
         n_caps = 1 if split == "test" else cfg.captions_per_train_video
         for i, attrs in enumerate(items):
             clip = {"video_id": f"{dom.id_prefix}_{split}_{i:05d}", "split": split, "domain": cfg.domain,
-                    **_geometry(rng, cfg, attrs)}
-            clip["captions"] = [dom.caption(clip, v) for v in range(n_caps)]
+                    **geometry(rng, cfg, attrs)}
+            clip["captions"] = [caption(clip, v) for v in range(n_caps)]
             clips.append(clip)
     _check_vocabulary(clips)
     return clips

@@ -197,54 +197,12 @@ def _min_distance(objects: list[dict], D: float) -> float:
 
 def sample_clips(config: SyntheticConfig) -> list[dict]:
     """Every clip of a version-2 config, test first then train (see scenes.sample_clips for version 1)."""
-    cfg = config
-    dom = DOMAINS[cfg.domain]
-    rng = np.random.default_rng(stable_seed("mlvp-synthetic", 2, cfg.domain, cfg.seed))
-    test_keys: set = set()
-    test: list[dict] = []
-    attempts = 0
-    while len(test) < cfg.n_test:
-        attempts += 1
-        if attempts > 200 * cfg.n_test + 1000:
-            raise DatasetError(f"synthetic dataset: cannot draw {cfg.n_test} distinct test combinations; lower n_test")
-        attrs = _random_attrs(rng, cfg)
-        key = _combo_key(attrs)
-        if key not in test_keys:
-            test_keys.add(key)
-            test.append(attrs)
+    from workloads.datasets.synthetic.scenes import draw_clips
 
-    def draw(force=None) -> dict:
-        for _ in range(10_000):
-            attrs = _random_attrs(rng, cfg, force)
-            if _combo_key(attrs) not in test_keys and (force is None or force in _values(attrs)):
-                return attrs
-        raise DatasetError("synthetic dataset: cannot draw a train clip outside the test combinations")
-
-    needed = set().union(*(_values(a) for a in test))
-    order = [(c, v) for c, vals in CATEGORIES for v in vals]
-    train: list[dict] = []
-    covered: set = set()
-    for value in order:
-        if value in needed and value not in covered:
-            train.append(draw(value))
-            covered |= _values(train[-1])
-    if len(train) > cfg.n_train:
-        raise DatasetError(f"synthetic dataset: n_train={cfg.n_train} is too small to show every attribute value "
-                           f"used by the test captions (needs {len(train)})")
-    while len(train) < cfg.n_train:
-        train.append(draw())
-    clips = []
-    for split, items in (("test", test), ("train", train)):
-        n_caps = 1 if split == "test" else cfg.captions_per_train_video
-        for i, attrs in enumerate(items):
-            clip = {"video_id": f"{dom.id_prefix}_{split}_{i:05d}", "split": split, "domain": cfg.domain,
-                    **_geometry(rng, cfg, attrs)}
-            clip["captions"] = [caption(clip, v) for v in range(n_caps)]
-            clips.append(clip)
-    from workloads.datasets.synthetic.scenes import _check_vocabulary
-
-    _check_vocabulary(clips)
-    return clips
+    rng = np.random.default_rng(stable_seed("mlvp-synthetic", 2, config.domain, config.seed))
+    return draw_clips(config, rng, random_attrs=_random_attrs, combo_key=_combo_key, values=_values,
+                      order=[(c, v) for c, vals in CATEGORIES for v in vals], geometry=_geometry, caption=caption,
+                      forced_value_named=True)
 
 
 # ------------------------------------------------------------------------------------------------------- drawing
