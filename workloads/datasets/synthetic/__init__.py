@@ -15,9 +15,9 @@ Version 2 (`synthetic_v2`): realistic native size and rate, content beyond colou
     stage and only then resized to the model input, as real videos are (workloads/render_cache.py render_video).
     Train clips show the same kind of scene over the same 3 s, drawn at `train_size` 64 px and `train_fps` 8 (24
     frames): fine-tuning resizes every clip to the model input (64 px) anyway, and a test clip drawn at 128 px and
-    area-downsampled to 64 px differs from the same clip drawn at 64 px by ~1 grey level on average
-    (benchmarks/RESULTS.md, section 5, "Calibrated default"). Geometry is in frame units and seconds, so one scene
-    renders at any size / rate (workloads/datasets/synthetic/v2.py).
+    area-downsampled to 64 px differs from the same clip drawn at 64 px by 3-4 grey levels on average, the two
+    draws' independent grain (benchmarks/RESULTS.md, section 5, "Calibration attempt"). Geometry is in frame units
+    and seconds, so one scene renders at any size / rate (workloads/datasets/synthetic/v2.py).
     A clip: a background (pattern x colour, as version 1) and one of four event structures:
         one     one object, one motion (left / right / up / down / still) for the whole clip;
         turn    one object that changes direction halfway (two different directions);
@@ -25,8 +25,12 @@ Version 2 (`synthetic_v2`): realistic native size and rate, content beyond colou
         appear  one object from the start, a second one that appears halfway (and then moves or stays still).
     Objects: shape (circle, square, triangle, cross), colour (8), size (small, large), texture (plain, striped:
     diagonal dark stripes in the object's own frame). Motion trail as version 1 (faint copies 0.25 s and 0.5 s
-    earlier), per-clip lighting (gain 0.8-1.15, contrast 0.75-1.1 around the clip's mean) on top of version 1's
-    jitter. No two test clips share (structure, background, objects with all attributes and motions).
+    earlier). Per clip, on top of version 1's jitter: lighting (gain 0.8-1.15, contrast 0.75-1.1 around the clip's
+    mean, a light haze veil 0-0.1 with a gradient), a slow camera pan (the background slides at 0.02-0.05 frame
+    sides per second; objects move in frame coordinates, as their captions say) and sensor grain (std 1-4 grey
+    levels at 64 px, scaled with the size so a resize to 64 px leaves the same grain). Heavier haze was tried and
+    measured (RESULTS section 5): it did not make fog milder and cost clean R@1. No two test clips share
+    (structure, background, objects with all attributes and motions).
     Caption grammar (OBJ = "a {size} [striped ]{colour} {shape}", M = moves left / moves right / moves up /
     moves down / stays still, PLACE = "a {bg colour} {pattern} background"):
         one     "OBJ M on PLACE"
