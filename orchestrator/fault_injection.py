@@ -13,6 +13,9 @@ then handed to the driver's `on_trial_error` and recorded in the ledger as faile
   flight on a node when it was killed, and that it ran again).
 - `MLVP_TEST_FAULT_DIR`: where attempts are counted (one file per trial key; a retry may run in another worker
   process, so the count lives on disk). Default: `<tempdir>/mlvp-test-faults`.
+- `MLVP_TEST_TRIAL_HOLD_S`: each trial waits this long in its worker (titled by its cell) before it runs, so that a
+  slow observer sees it running (tests/test_report_dashboard.py polls the Ray dashboard, whose answers take seconds
+  while a micro trial takes one).
 """
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ from pathlib import Path
 
 RATE, PERSISTENT, SEED, DIR = ("MLVP_TEST_FAULT_RATE", "MLVP_TEST_FAULT_PERSISTENT", "MLVP_TEST_FAULT_SEED",
                                "MLVP_TEST_FAULT_DIR")
-VARIABLES = (RATE, PERSISTENT, SEED, DIR)
+HOLD = "MLVP_TEST_TRIAL_HOLD_S"
+VARIABLES = (RATE, PERSISTENT, SEED, DIR, HOLD)
 
 
 class InjectedFault(RuntimeError):
@@ -79,3 +83,12 @@ def maybe_fail(key: str) -> None:
         kind = "persistent" if _draw(seed, key, "persistent") < persistent else "transient"
         raise InjectedFault(f"injected fault ({kind}, attempt {attempt + 1}) in trial {key[:12]} ({RATE}={rate}, "
                             f"{PERSISTENT}={persistent})")
+
+
+def hold() -> None:
+    """Wait `MLVP_TEST_TRIAL_HOLD_S` seconds (test-only; a no-op when unset)."""
+    seconds = float(os.environ.get(HOLD) or 0)
+    if seconds > 0:
+        import time
+
+        time.sleep(seconds)

@@ -59,12 +59,13 @@ def trial_trainable(config: dict[str, Any], env: dict[str, Any]) -> None:
     """The Tune function trainable: run one trial and report its full result once."""
     import ray
 
-    from orchestrator.fault_injection import maybe_fail
+    from orchestrator.fault_injection import hold, maybe_fail
     from workloads.trial import run
 
     spec = TrialSpec.from_dict(config["spec"])
     _name_worker(spec)
     maybe_fail(spec.key)   # test-only (MLVP_TEST_FAULT_RATE); a no-op otherwise
+    hold()                 # test-only (MLVP_TEST_TRIAL_HOLD_S); a no-op otherwise
     result = run(spec, TrialEnvironment(**env).context_for(spec))
     metrics = {k: v for k, v in result.metrics.items() if k in ("R1", "R5", "R10", "MdR", "MnR")}
     # where it ran, for the ledger: which node of a cluster, which worker process (tests/test_cluster.py reads them)

@@ -50,7 +50,10 @@ def test_running_trials_are_listed_by_cell_name(tmp_path, shared_cache):
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", str(grid), "--results-dir", str(results),
                              "--cache-dir", str(shared_cache), "--num-cpus", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+                            # each trial waits 3 s titled by its cell: the dashboard answers in seconds, a micro
+                            # trial on a warm cache takes one (the test saw none running on a quiet machine)
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]),
+                                 "MLVP_TEST_TRIAL_HOLD_S": "3"})
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
