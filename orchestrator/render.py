@@ -137,7 +137,6 @@ def johnson_order(sets: list[RenderSet], render_seconds, trial_seconds) -> list[
     return first + last
 
 
-
 def cost_ordered_sets(plan: Plan, sets: list[RenderSet], trials: list[TrialSpec], render_cpus: float,
                       trial_slots: float, cost=None) -> list[RenderSet]:
     """`sets` in Johnson's order under the plan's cost model (orchestrator/cost_model.py): a set's rendering is its
@@ -162,6 +161,7 @@ def cost_ordered_sets(plan: Plan, sets: list[RenderSet], trials: list[TrialSpec]
                             lambda rs: cost.render_seconds(sizes[rs[0]]) / max(render_cpus, 1e-9),
                             lambda rs: trial_s.get(rs, 0.0) / max(trial_slots, 1e-9))
     return [rs for rs in sets if rs[1] == CLEAN] + ordered
+
 
 def plan_set_rows(plan: Plan, cache: RenderCache, sets: list[RenderSet],
                   video_assets: dict[str, dict[str, dict]] | None = None

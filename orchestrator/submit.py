@@ -413,7 +413,6 @@ def render_actors(plan: Plan, actors: int | None = None) -> int:
     return max(1, int(cpus - keep))
 
 
-
 def producer_share(plan: Plan) -> tuple[int, float]:
     """(CPUs, GPUs) a task that makes trial inputs (a fine-tune, the per-video assets) may ask for while Ray Tune
     runs: what the largest node holds less one trial slot. While the gate has no trial ready, Tune waits with one
