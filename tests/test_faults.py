@@ -321,10 +321,12 @@ def test_mlflow_server_stopped_mid_run_then_sync_without_duplicates(tmp_path, pr
 def test_truncated_and_empty_videos_fail_their_clips_and_resume_incomplete_reruns_them(tmp_path, prepared):
     # the generated dataset repairs its own files, so the damaged videos live in a real dataset's layout: a copy of
     # the synthetic split read as MSRVTT (its files are in MSRVTT's layout), with the micro checkpoint given as a file
-    (source,) = (prepared / "datasets").glob("synthetic-*")
+    # (the module's micro dataset and checkpoint by their plan: the session cache may hold other tests' variants)
+    prep = plan_of(grid(tmp_path, "prep", methods="[source]"), tmp_path / "prep", prepared)
     root = tmp_path / "MSRVTT"
-    shutil.copytree(source, root)
-    (checkpoint,) = (prepared / "models").glob("clip4clip-mlvp-micro-synthetic-*.pt")
+    shutil.copytree(prep.datasets["synthetic"].dataset.location, root)
+    checkpoint = prep.model_path("clip4clip", "synthetic")
+    assert checkpoint.is_file()
     g = tmp_path / "badvid.yaml"
     g.write_text(f"""
 name: badvid
