@@ -401,15 +401,8 @@ def render_actors(plan: Plan, actors: int | None = None) -> int:
     if actors:
         return actors
     rt = plan.grid.runtime
-    total = ray.cluster_resources()
-    cpus = int(total.get("CPU", 1))
-    if rt.gpus_per_trial > 0:
-        slots = int(total.get("GPU", 0) / rt.gpus_per_trial + 1e-9)
-        if rt.max_concurrent_trials:
-            slots = min(slots, rt.max_concurrent_trials)
-        keep = slots * rt.cpus_per_trial
-    else:
-        keep = rt.cpus_per_trial
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    keep = _slots(plan) * rt.cpus_per_trial if rt.gpus_per_trial > 0 else rt.cpus_per_trial
     return max(1, int(cpus - keep))
 
 
@@ -434,9 +427,9 @@ def producer_share(plan: Plan) -> tuple[int, float]:
     return 1, round(gpus, 4)
 
 
-def trial_slots(plan: Plan) -> float:
-    """Trials that can run at once on the cluster: its GPUs over `gpus_per_trial` (GPU trials) or its CPUs over
-    `cpus_per_trial`, capped by `max_concurrent_trials`; at least one."""
+def _slots(plan: Plan) -> int:
+    """Trials the cluster can run at once, possibly none (GPU trials on a cluster without GPUs): its GPUs over
+    `gpus_per_trial` (GPU trials) or its CPUs over `cpus_per_trial`, capped by `max_concurrent_trials`."""
     import ray
 
     rt = plan.grid.runtime
@@ -447,7 +440,12 @@ def trial_slots(plan: Plan) -> float:
         slots = total.get("CPU", 1) / max(rt.cpus_per_trial, 1e-9)
     if rt.max_concurrent_trials:
         slots = min(slots, rt.max_concurrent_trials)
-    return max(1.0, float(int(slots + 1e-9)))
+    return int(slots + 1e-9)
+
+
+def trial_slots(plan: Plan) -> float:
+    """Trials that can run at once on the cluster (`_slots`), at least one."""
+    return max(1.0, float(_slots(plan)))
 
 
 class Pipeline:

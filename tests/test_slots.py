@@ -1,0 +1,46 @@
+"""Trial slots and render actors on a cluster's logical resources (orchestrator/submit.py `_slots`): the two share one
+count of the trials that run at once; only `trial_slots` floors it at one."""
+from types import SimpleNamespace
+
+import pytest
+import ray
+
+from orchestrator.grid import RuntimeSpec
+from orchestrator.submit import render_actors, trial_slots
+
+pytestmark = pytest.mark.slow
+
+
+def plan_with(**runtime):
+    return SimpleNamespace(grid=SimpleNamespace(runtime=RuntimeSpec(**runtime)))
+
+
+@pytest.fixture
+def cluster(request):
+    assert not ray.is_initialized()
+    ray.init(num_cpus=request.param[0], num_gpus=request.param[1], include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.parametrize("cluster", [(8, 2)], indirect=True)
+def test_gpu_cluster_slots_and_render_actors(cluster):
+    cases = [  # runtime -> (trial slots, render actors)
+        ({"gpus_per_trial": 0.5}, (4, 4)),                              # 4 GPU slots keep 4 CPUs
+        ({"gpus_per_trial": 0.5, "max_concurrent_trials": 3}, (3, 5)),
+        ({"gpus_per_trial": 0.3}, (6, 2)),                              # 6.67 slots: 6
+        ({"gpus_per_trial": 1, "cpus_per_trial": 3}, (2, 2)),
+        ({"cpus_per_trial": 2}, (4, 6)),                                # CPU trials: renders keep one trial's CPUs
+        ({"gpus_per_trial": 0.5, "render_actors": 3}, (4, 3)),          # the grid's own count wins
+    ]
+    for runtime, expected in cases:
+        plan = plan_with(**runtime)
+        assert (trial_slots(plan), render_actors(plan, plan.grid.runtime.render_actors)) == expected, runtime
+
+
+@pytest.mark.parametrize("cluster", [(4, 0)], indirect=True)
+def test_gpu_trials_on_a_cluster_without_gpus(cluster):
+    plan = plan_with(gpus_per_trial=0.5)
+    # no GPU slot: every CPU renders; Tune's count stays one (submit never gets this far: ray_env.check_resources
+    # stops a GPU grid on a cluster without GPUs before the pipeline starts)
+    assert trial_slots(plan) == 1 and render_actors(plan) == 4
