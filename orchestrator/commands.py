@@ -146,7 +146,8 @@ def cmd_report(args) -> int:
 
     grid = load_grid(resolve_grid(args.grid, args.results_dir))
     plan = build_plan(grid, Paths.make(args.results_dir, args.cache_dir))
-    entries = TrialLedger(plan.paths.ledger).entries(t.key for t in plan.trials)
+    ledger = TrialLedger(plan.paths.ledger)
+    entries = ledger.entries((t.key for t in plan.trials), lists=False)
     grid_dir = plan.paths.grid_dir(grid.name)
     files = write_tables(entries, grid_dir, grid)
     import pyarrow.parquet as pq
@@ -155,7 +156,7 @@ def cmd_report(args) -> int:
     if args.metric not in df.columns:
         metrics = [c for c in df.columns if c[0].isupper() or c.startswith("hub_")]
         raise ValueError(f"unknown metric {args.metric!r}; metrics: {', '.join(metrics)}")
-    report_files = write_report(grid, plan.trials, entries, grid_dir)
+    report_files = write_report(grid, plan.trials, entries, grid_dir, ledger)
     console = make_console()
     console.print(f"{len(entries)}/{len(plan.trials)} cells in the ledger")
     for tables in scenario_tables(grid, df, args.metric).values():

@@ -16,6 +16,9 @@ from typing import Any, Iterable
 from workloads.atomic import atomic_write_text
 
 
+PER_QUERY = ("k_occurrence", "batch_R1")   # per-query lists of an entry (workloads/trial.py TrialResult)
+
+
 class TrialLedger:
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
@@ -69,5 +72,15 @@ class TrialLedger:
     def counts(self, keys: Iterable[str]) -> Counter:
         return Counter(self.status(k) for k in keys)
 
-    def entries(self, keys: Iterable[str]) -> list[dict[str, Any]]:
-        return [e for k in keys if (e := self.get(k)) is not None]
+    def entries(self, keys: Iterable[str], lists: bool = True) -> list[dict[str, Any]]:
+        """The entries of `keys` that exist. `lists=False` leaves out each trial's per-query lists (PER_QUERY: most of
+        an entry's memory, ~8 KB at a 1,000-item gallery): the tables need none of them, and the report re-reads
+        them for the one cell it plots (orchestrator/report.py `write_report`)."""
+        out = []
+        for k in keys:
+            if (e := self.get(k)) is not None:
+                if not lists:
+                    for field in PER_QUERY:
+                        e.pop(field, None)
+                out.append(e)
+        return out

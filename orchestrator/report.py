@@ -535,10 +535,12 @@ def _img(path: Path) -> str:
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
 
 
-def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], grid_dir: Path) -> list[Path]:
+def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], grid_dir: Path,
+                 ledger=None) -> list[Path]:
     """Write results/<grid>/report/ (index.html, report.md, report_tables.parquet, plots/*.png); returns the
     files. Also keeps where the grid file is (`grid_source.txt`) and a copy (`grid.yaml`) beside the results,
-    so `report NAME` finds the grid by its name."""
+    so `report NAME` finds the grid by its name. Entries read without their per-query lists
+    (`TrialLedger.entries(lists=False)`) get them back from `ledger` for the plotted cell only."""
     out = grid_dir / REPORT_DIR
     plots_dir = out / "plots"
     if plots_dir.exists():
@@ -567,6 +569,12 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
     for p in plot_severity(grid, df, plots_dir):
         plots.append(("R@1 against severity (Fig. 13)", p))
     cell = focus_cell(grid, df)
+    if cell is not None and ledger is not None:
+        for role in ("clean", "shifted", "adapted"):
+            row = cell[role]
+            if not _list(row.get("k_occurrence")) and (full := ledger.get(row["key"])) is not None:
+                row["k_occurrence"] = full.get("k_occurrence") or []
+                row["batch_R1"] = full.get("batch_R1") or []
     notes = []
     if cell is not None:
         for title, fn in (("k-occurrence: clean vs shifted vs adapted (Fig. 2)", plot_k_occurrence),

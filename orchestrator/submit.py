@@ -656,12 +656,13 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
     paths = plan.paths
     if tracker is not None:
         tracker.flush()   # trial runs still queued on its thread (LiveRecorder): their run ids reach the ledger first
-    entries = ledger.entries(t.key for t in plan.trials)
+    # without the per-query lists: at 4,270 trials they are ~60 MB of the driver (benchmarks/RESULTS.md section 15)
+    entries = ledger.entries((t.key for t in plan.trials), lists=False)
     report.tables = write_tables(entries, paths.grid_dir(grid.name), grid)
     try:  # the HTML report and its plots (orchestrator/report.py); the parent run gets them with the tables
         from orchestrator.report import write_report
 
-        report.tables += write_report(grid, plan.trials, entries, paths.grid_dir(grid.name))
+        report.tables += write_report(grid, plan.trials, entries, paths.grid_dir(grid.name), ledger)
     except Exception as err:  # a plot must not fail a submission: `report GRID` rebuilds it
         console.print(f"[yellow]report not written ({type(err).__name__}: {err}); python -m orchestrator report "
                       f"{grid.source}[/]")

@@ -121,3 +121,15 @@ def test_missing_and_failed_cells_are_never_numbers(tiny_results, tmp_path):
 
 def pd_isna(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def test_ledger_entries_without_per_query_lists(tiny_results):
+    # what `finish` and `report` read: everything but the per-query lists, which the plotted cell reads back
+    from orchestrator.ledger import PER_QUERY
+
+    ledger = TrialLedger(tiny_results.results / "ledger")
+    keys = list(tiny_results.entries)
+    full, light = ledger.entries(keys), ledger.entries(keys, lists=False)
+    assert len(full) == len(light) == 10
+    assert all(len(e["k_occurrence"]) == e["n_gallery"] and e["batch_R1"] for e in full)
+    assert light == [{k: v for k, v in e.items() if k not in PER_QUERY} for e in full]
