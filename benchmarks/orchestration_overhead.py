@@ -90,7 +90,8 @@ def make_grid(work: Path) -> Path:
     for key in ("text_perturbations", "text_severities"):
         qs.pop(key, None)
     grid.pop("query_gallery_shift", None)
-    grid["runtime"].update({"cpus_per_trial": 1, "gpus_per_trial": 0, "save_scores": False})
+    # hub_k within the stand-in galleries (2 to 4 items), or the re-submit's `check_hub_k` refuses the grid
+    grid["runtime"].update({"cpus_per_trial": 1, "gpus_per_trial": 0, "save_scores": False, "hub_k": 2})
     path = work / "overhead.yaml"
     path.write_text(yaml.safe_dump(grid, sort_keys=False))
     return path
