@@ -32,7 +32,7 @@ rendering (the issue's formula) and with the CPUs the trial slots hold taken out
 GPUs fed can use for rendering).
 
     python benchmarks/cluster_sim.py                        # full_mlvp, 64 CPUs, 4 GPUs x 4 slots, ~3-6 min
-    python benchmarks/cluster_sim.py --datasets msrvtt --executor tune --target 60
+    python benchmarks/cluster_sim.py --datasets msrvtt --executor tune --target 60 [--wave 1000]
 """
 from __future__ import annotations
 
@@ -184,7 +184,7 @@ def set_order(plan, cost: CostModel, order: str, render_cpus: int, slots: int):
 
 def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap: bool, executor: str,
                videos_per_row: int, slots: int, cpus_per_trial: float, gpus_per_trial: float,
-               cpus_per_actor: int = 1, order: str = "johnson") -> dict:
+               cpus_per_actor: int = 1, order: str = "johnson", wave: int | None = None) -> dict:
     import ray
 
     from orchestrator.render import RenderStream
@@ -232,7 +232,7 @@ def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap:
         run_trials(trials, None, storage_path=str(Path(tempfile.mkdtemp()) / "tune"), name="sim",
                    cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, max_failures=0,
                    max_concurrent=None, on_result=lambda r: done_at.append(time.time()),
-                   on_crash=lambda *a: None, gate=gate, trainable=trainable)
+                   on_crash=lambda *a: None, gate=gate, trainable=trainable, wave=wave)
     else:
         idle = list(workers)
         running: dict = {}
@@ -285,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--designs", type=str, default="overlap,staged", help="which designs to run, in order")
     ap.add_argument("--order", choices=("johnson", "plan"), default="johnson",
                     help="render-set order: by the cost model (Johnson's rule, default) or submit's plan order")
+    ap.add_argument("--wave", type=int, default=None,
+                    help="with --executor tune: trials per Tuner.fit (default: run_trials' default; 0: one Tuner)")
     args = ap.parse_args(argv)
 
     import ray
@@ -324,6 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.getLogger("ray.data").setLevel(logging.ERROR)
+    from orchestrator.tune import DEFAULT_WAVE
+
+    wave = DEFAULT_WAVE if args.wave is None else (args.wave or None)
+    if args.executor == "tune":
+        print(f"Ray Tune in waves of {wave or 'all'} trials; load average {os.getloadavg()[0]:.1f}")
     results = {}
     try:
         for design in args.designs.split(","):
@@ -331,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             actors = cpus_for_render if overlap else args.cpus   # staged: every CPU renders (today's default)
             t = time.time()
             r = run_design(plan, cost, scale, actors, overlap, args.executor, args.videos_per_row, slots,
-                           rt.cpus_per_trial, rt.gpus_per_trial, args.cpus_per_actor, args.order)
+                           rt.cpus_per_trial, rt.gpus_per_trial, args.cpus_per_actor, args.order, wave)
             results[design] = r
             net = r["net"] = r["makespan"] - r["startup"]
             print(f"{design} ({args.order} order): makespan {r['makespan']:6.1f} s, {net:6.1f} s without the "

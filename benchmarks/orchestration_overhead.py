@@ -17,7 +17,10 @@ gallery gives). Both sides run the same Tune trainable, resources and Tuner sett
 Goals: ours <= 1.2x plain Tune's wall time; driver RSS growth <= 100 MB over our run. The console goes to /dev/null
 (rich still renders every line); `--trials N` runs the first N trials only.
 
-    python benchmarks/orchestration_overhead.py [--trials 4270] [--num-cpus 4] [--profile out.prof]
+    python benchmarks/orchestration_overhead.py [--trials 4270] [--num-cpus 4] [--wave 1000] [--profile out.prof]
+
+`--wave N` is `run_trials`' wave size (trials per `Tuner.fit`, orchestrator/tune.py "Waves"); `--wave 0` runs all
+trials in one Tuner (as before waves existed).
 """
 from __future__ import annotations
 
@@ -87,7 +90,8 @@ def make_grid(work: Path) -> Path:
     for key in ("text_perturbations", "text_severities"):
         qs.pop(key, None)
     grid.pop("query_gallery_shift", None)
-    grid["runtime"].update({"cpus_per_trial": 1, "gpus_per_trial": 0, "save_scores": False})
+    # hub_k within the stand-in galleries (2 to 4 items), or the re-submit's `check_hub_k` refuses the grid
+    grid["runtime"].update({"cpus_per_trial": 1, "gpus_per_trial": 0, "save_scores": False, "hub_k": 2})
     path = work / "overhead.yaml"
     path.write_text(yaml.safe_dump(grid, sort_keys=False))
     return path
@@ -101,17 +105,23 @@ class RSS:
 
         self.proc = psutil.Process()
         self.peak = 0
+        self.trace: list[tuple[float, int]] = []   # (seconds since start, RSS), one a second
         self._stop = threading.Event()
 
     def now(self) -> int:
         return self.proc.memory_info().rss
 
     def start(self):
-        self.peak, self._stop = self.now(), threading.Event()
+        self.peak, self._stop, self.trace = self.now(), threading.Event(), []
+        t0 = time.perf_counter()
 
         def loop():
             while not self._stop.wait(0.05):
-                self.peak = max(self.peak, self.now())
+                rss = self.now()
+                self.peak = max(self.peak, rss)
+                t = time.perf_counter() - t0
+                if not self.trace or t - self.trace[-1][0] >= 1.0:
+                    self.trace.append((t, rss))
         self._thread = threading.Thread(target=loop, daemon=True)
         self._thread.start()
         return self
@@ -146,7 +156,8 @@ def plain_tune(specs, storage: Path, cpus: float) -> float:
     return time.perf_counter() - t0
 
 
-def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict) -> tuple[float, int]:
+def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict,
+         wave: int | None = None) -> tuple[float, int]:
     """Our driver path around the trials (see the module docstring); returns (seconds, trials recorded)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -191,7 +202,7 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
             tune_mod.run_trials(todo, env, storage_path=str(paths.grid_dir(grid.name) / "tune"), name=submission,
                                 cpus_per_trial=grid.runtime.cpus_per_trial, gpus_per_trial=0,
                                 max_failures=grid.runtime.max_failures, max_concurrent=None,
-                                on_result=recorder.result, on_crash=recorder.crash)
+                                on_result=recorder.result, on_crash=recorder.crash, wave=wave)
     finally:
         tune_mod.trial_trainable = real
     marks["trials_s"] = time.perf_counter() - t_trials
@@ -220,6 +231,8 @@ def main() -> int:
                                  epilog="example: python benchmarks/orchestration_overhead.py --trials 500")
     ap.add_argument("--trials", type=int, default=None, help="run only the first N trials (default: all 4,270)")
     ap.add_argument("--num-cpus", type=int, default=4, help="logical CPUs of the local Ray (one per trial)")
+    ap.add_argument("--wave", type=int, default=None,
+                    help="trials per Tuner.fit in run_trials (default: its default; 0: one Tuner for all)")
     ap.add_argument("--profile", default=None, help="cProfile our run into this file")
     ap.add_argument("--work", default=None, help="working folder (default: a temporary one, removed)")
     args = ap.parse_args()
@@ -239,7 +252,8 @@ def main() -> int:
     n = len(specs)
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
-    print(f"{n} no-op trials; local Ray with {args.num_cpus} logical CPUs; {os.cpu_count()} cores ({cpu})")
+    print(f"{n} no-op trials; local Ray with {args.num_cpus} logical CPUs; {os.cpu_count()} cores ({cpu}); "
+          f"wave {args.wave if args.wave is not None else 'default'}; load average {os.getloadavg()[0]:.1f}")
 
     ray_env.start_ray(None, args.num_cpus, dashboard=False)
     rss = RSS()
@@ -259,7 +273,10 @@ def main() -> int:
         if prof:
             prof.enable()
         marks: dict = {}
-        t_ours, recorded = ours(grid_path, results, args.trials, open(os.devnull, "w"), marks)
+        import orchestrator.tune as tune_mod
+
+        wave = tune_mod.DEFAULT_WAVE if args.wave is None else (args.wave or None)
+        t_ours, recorded = ours(grid_path, results, args.trials, open(os.devnull, "w"), marks, wave)
         if prof:
             prof.disable()
             prof.dump_stats(args.profile)
@@ -270,12 +287,16 @@ def main() -> int:
               f"+{(ours_peak - r1) / 2**20:.0f} MB, of which setup (plan, MLflow imported and its store opened) "
               f"+{(marks['setup_rss'] - r1) / 2**20:.0f} MB and the trials "
               f"+{(ours_peak - marks['setup_rss']) / 2**20:.0f} MB")
+        step = max(1, len(rss.trace) // 12)
+        print("ours, driver RSS over time (s: +MB): " + ", ".join(
+            f"{t:.0f}: +{(r - r1) / 2**20:.0f}" for t, r in rss.trace[::step]))
     finally:
         ray_env.stop_ray()
     ratio = t_ours / t_plain
     growth = (ours_peak - r1) / 2**20
     print(f"wall time ratio ours / plain Tune: {ratio:.2f}x (goal <= 1.2x: {'met' if ratio <= 1.2 else 'NOT met'}); "
-          f"driver RSS growth {growth:.0f} MB (goal <= 100 MB: {'met' if growth <= 100 else 'NOT met'})")
+          f"driver RSS growth {growth:.0f} MB (goal <= 100 MB: {'met' if growth <= 100 else 'NOT met'}); "
+          f"load average at the end {os.getloadavg()[0]:.1f}")
     if not args.trials:
         t_re, to_run = resubmit(grid_path, results)
         print(f"re-submit with the ledger full: {t_re:.1f} s ({to_run} to run; MLflow checked, tables rebuilt)")

@@ -154,6 +154,8 @@ class RuntimeSpec:
     gpus_per_trial: float = opt(0.0, min=0)  # fractions pack several trials on one GPU
     max_failures: int = opt(1, min=0)        # Tune retries of a trial that crashed its worker
     max_concurrent_trials: int | None = opt(None, min=1)
+    # trials per Ray Tune experiment (orchestrator/tune.py "Waves"; None: all in one): bounds the driver's memory
+    trials_per_wave: int | None = opt(1000, min=1)
     render_actors: int | None = opt(None, min=1)   # Ray Data actor pool size (None: one per CPU)
     save_scores: bool = True                 # keep each trial's score matrix (fp16) for re-analysis
 

@@ -335,7 +335,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
                        cpus_per_trial=rt.cpus_per_trial, gpus_per_trial=rt.gpus_per_trial,
                        max_failures=rt.max_failures, max_concurrent=rt.max_concurrent_trials,
                        on_result=recorder.result, on_crash=recorder.crash, gate=gate,
-                       reuse_actors=trial_slots(plan) >= 2)
+                       reuse_actors=trial_slots(plan) >= 2, wave=rt.trials_per_wave)
             pipeline.finish()   # the render sets no remaining trial needed, the text sets; re-raises a stage error
             progress.update(recorder.task, total=len(todo) - pipeline.checked)
     except KeyboardInterrupt:

@@ -14,9 +14,16 @@ call `ReadyGate.ready(need)` as each one is written. `GatedSearcher` is the Tune
 next trial whose needs are all met, in plan order, and tells Tune "not yet" (None) while the rest wait; Tune keeps
 scheduling, retrying and recording the trials it has. So Ray Tune stays the trial scheduler and the render cache
 stays the hand-off: a trial reads its clips from the cache exactly as before, only later.
+
+Waves: Ray Tune keeps a `Trial` object per trial on the driver until `Tuner.fit` returns (plain Tune grew the
+driver by ~66 KB a trial at 4,270 trials, benchmarks/RESULTS.md section 15). `run_trials` therefore runs several
+`Tuner.fit` one after another on the same gate, each handing out at most `wave` trials (its `GatedSearcher` says
+FINISHED once it has), so that state is freed between waves. The cost is a barrier at each wave's end: the next wave
+starts when the last trial of this one finishes, and its trial actors start afresh (measured in section 15).
 """
 from __future__ import annotations
 
+import gc
 import heapq
 import json
 import logging
@@ -24,7 +31,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from ray import tune
 from ray.tune.search import Searcher
@@ -195,6 +202,7 @@ class ReadyGate:
         self._waiting: dict[str, list[int]] = {}           # need -> trials waiting for it
         self._met: set[str] = set()
         self._heap: list[int] = []
+        self._out = [False] * len(self._specs)             # per trial: handed out
         self.error: BaseException | None = None
         self.closed = False
         self.handed_out = 0
@@ -252,14 +260,21 @@ class ReadyGate:
             if self.closed:
                 return Searcher.FINISHED
             while self._heap:
-                spec = self._specs[heapq.heappop(self._heap)]
+                i = heapq.heappop(self._heap)
+                spec = self._specs[i]
                 if spec is not None:
+                    self._out[i] = True
                     self.handed_out += 1
                     if self.first_ready is None:
                         self.first_ready = time.time()
                     return spec
             left = sum(1 for i, s in enumerate(self._specs) if s is not None and self._missing[i] > 0)
             return Searcher.FINISHED if left == 0 else None
+
+    def remaining(self) -> int:
+        """Trials still to hand out (ready or waiting), dropped ones not counted."""
+        with self._lock:
+            return sum(1 for i, s in enumerate(self._specs) if s is not None and not self._out[i])
 
     def pending(self) -> dict[str, int]:
         """Needs still unmet -> how many remaining trials wait for each (for a stuck-run message)."""
@@ -268,19 +283,25 @@ class ReadyGate:
 
 
 class GatedSearcher(Searcher):
-    """Tune search algorithm over a fixed list of trials: suggests each trial once, when its `ReadyGate` lets it."""
+    """Tune search algorithm over a fixed list of trials: suggests each trial once, when its `ReadyGate` lets it; with
+    a `quota`, at most that many (one wave of `run_trials`), then FINISHED."""
 
-    def __init__(self, gate: ReadyGate):
+    def __init__(self, gate: ReadyGate, quota: int | None = None):
         super().__init__()
         self.gate = gate
+        self.quota = quota
+        self.handed = 0
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return True
 
     def suggest(self, trial_id: str):
+        if self.quota is not None and self.handed >= self.quota:
+            return Searcher.FINISHED
         spec = self.gate.pop()
         if spec is None or spec == Searcher.FINISHED:
             return spec
+        self.handed += 1
         return {"spec": spec.to_dict()}
 
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
@@ -299,30 +320,39 @@ class GatedSearcher(Searcher):
 
     def __setstate__(self, state):
         self.gate = ReadyGate([])
+        self.quota, self.handed = None, 0
+
+
+DEFAULT_WAVE = 1000   # trials per Tuner.fit (benchmarks/RESULTS.md section 15)
+
+
+class TrialsRun(NamedTuple):
+    """What `run_trials` did: Tune experiments run (waves), trials handed to Tune, trials Tune gave up on (crashed
+    workers after retries), seconds. The ledger holds the results."""
+    waves: int
+    trials: int
+    errors: int
+    seconds: float
 
 
 def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_path: str, name: str,
                cpus_per_trial: float, gpus_per_trial: float, max_failures: int, max_concurrent: int | None,
                on_result: Callable[[dict[str, Any]], None], on_crash: Callable[[dict[str, Any], str], None],
-               gate: ReadyGate | None = None, trainable: Callable | None = None, reuse_actors: bool = True):
-    """Run the trials on the connected Ray cluster; returns (Tune's ResultGrid, seconds). With a `gate`, trials start
-    as their inputs become ready (GatedSearcher); without one, all of them are ready. `trainable` replaces
-    `trial_trainable` (benchmarks/cluster_sim.py runs the same hand-off with trials that sleep their cost)."""
+               gate: ReadyGate | None = None, trainable: Callable | None = None, reuse_actors: bool = True,
+               wave: int | None = DEFAULT_WAVE) -> TrialsRun:
+    """Run the trials on the connected Ray cluster, in waves of at most `wave` trials (None: one wave), each a
+    `Tuner.fit` named `name`, then `name-w2`, ... under `storage_path`. With a `gate`, trials start as their inputs
+    become ready (GatedSearcher); without one, all of them are ready. Stops when no trial is left or the gate is
+    closed; a KeyboardInterrupt propagates. `trainable` replaces `trial_trainable` (benchmarks/cluster_sim.py runs
+    the same hand-off with trials that sleep their cost)."""
     from dataclasses import asdict
 
+    if wave is not None and wave < 1:
+        raise ValueError(f"wave: at least 1 trial, got {wave}")
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     gate = gate if gate is not None else ReadyGate(specs)
     fn = trainable or tune.with_parameters(trial_trainable, env=asdict(env))
     trainable = tune.with_resources(fn, {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
-    tuner = tune.Tuner(
-        trainable,
-        tune_config=tune.TuneConfig(reuse_actors=reuse_actors, max_concurrent_trials=max_concurrent,
-                                    search_alg=GatedSearcher(gate), num_samples=max(1, len(gate)),
-                                    trial_name_creator=_short_name, trial_dirname_creator=_short_name),
-        run_config=tune.RunConfig(name=name, storage_path=storage_path, verbose=0,
-                                  failure_config=tune.FailureConfig(max_failures=max_failures),
-                                  callbacks=[TrialRecorder(on_result, on_crash)]),
-    )
     t0 = time.time()
     # the ledger is our record: with Tune's file loggers off, its ResultGrid cannot read per-trial files and would
     # warn once per trial
@@ -333,10 +363,32 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
     one_line = OneLineStateErrors()
     for log in state_logs:
         log.addFilter(one_line)
+    waves = trials = errors = 0
     try:
-        grid = tuner.fit()
+        while not gate.closed:
+            left = gate.remaining()
+            if left == 0:
+                break
+            quota = left if wave is None else min(wave, left)
+            searcher = GatedSearcher(gate, quota)
+            waves += 1
+            tuner = tune.Tuner(
+                trainable,
+                tune_config=tune.TuneConfig(reuse_actors=reuse_actors, max_concurrent_trials=max_concurrent,
+                                            search_alg=searcher, num_samples=quota,
+                                            trial_name_creator=_short_name, trial_dirname_creator=_short_name),
+                run_config=tune.RunConfig(name=name if waves == 1 else f"{name}-w{waves}", storage_path=storage_path,
+                                          verbose=0, failure_config=tune.FailureConfig(max_failures=max_failures),
+                                          callbacks=[TrialRecorder(on_result, on_crash)]),
+            )
+            errors += tuner.fit().num_errors
+            trials += searcher.handed
+            del tuner   # with the ResultGrid, it holds this wave's Trial objects: the state the waves free
+            gc.collect()
+            if searcher.handed < quota:   # the gate said FINISHED (closed, or nothing left)
+                break
     finally:
         analysis_log.setLevel(level)
         for log in state_logs:
             log.removeFilter(one_line)
-    return grid, time.time() - t0
+    return TrialsRun(waves, trials, errors, time.time() - t0)

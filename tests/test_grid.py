@@ -68,6 +68,7 @@ BAD_GRIDS = [
     ({"runtime__precision": "fp16"}, "runtime.precision: must be one of fp32, bf16, got 'fp16'"),
     ({"runtime__resolution": -64}, "runtime.resolution: must be an integer >= 16, got -64"),
     ({"runtime__gpus_per_trial": -0.5}, "runtime.gpus_per_trial: must be a number >= 0, got -0.5"),
+    ({"runtime__trials_per_wave": 0}, "runtime.trials_per_wave: must be an integer >= 1, got 0"),
     ({"seed": -1}, "seed: must be an integer >= 0, got -1"),
     ({"models__finetune__steps": -5}, "models.finetune.steps: must be an integer >= 1, got -5"),
     ({"models__finetune__lr": 0}, "models.finetune.lr: must be a number > 0, got 0.0"),
