@@ -335,7 +335,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
                        cpus_per_trial=rt.cpus_per_trial, gpus_per_trial=rt.gpus_per_trial,
                        max_failures=rt.max_failures, max_concurrent=rt.max_concurrent_trials,
                        on_result=recorder.result, on_crash=recorder.crash, gate=gate,
-                       reuse_actors=trial_slots(plan) >= 2, wave=rt.trials_per_wave)
+                       reuse_actors=pipeline.slots >= 2, wave=rt.trials_per_wave)
             pipeline.finish()   # the render sets no remaining trial needed, the text sets; re-raises a stage error
             progress.update(recorder.task, total=len(todo) - pipeline.checked)
     except KeyboardInterrupt:
@@ -462,6 +462,7 @@ class Pipeline:
         self.error: BaseException | None = None
         self._stopped = threading.Event()
         self.stream = None
+        self.slots = 1.0                    # trials at once on the cluster (`trial_slots`), set by `start`
         self.deferred: list = []
         self.model_refs: dict[str, Any] = {}
         self.t0 = time.time()
@@ -474,9 +475,10 @@ class Pipeline:
         from orchestrator.render import RenderStream, cost_ordered_sets, ordered_sets
 
         plan = self.plan
+        self.slots = trial_slots(plan)
         actors = render_actors(plan, plan.grid.runtime.render_actors)
         sets = cost_ordered_sets(plan, ordered_sets(plan, self.gate.specs()), self.gate.specs(),
-                                 render_cpus=actors, trial_slots=trial_slots(plan))
+                                 render_cpus=actors, trial_slots=self.slots)
         self.deferred = [rs for rs in sets if _prepares(rs[1])]
         self.stream = RenderStream(plan, self.gate.ready, actors=actors, progress=self.progress,
                                    assets={n: dataset_assets(plan.grid, n) for n in plan.renders})
