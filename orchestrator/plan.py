@@ -173,18 +173,9 @@ class Plan:
 
 
 def _image_size(clip_model: str) -> int:
-    from workloads.backbones import CONFIG_DIR
+    from workloads.backbones import model_config
 
-    own = CONFIG_DIR / f"{clip_model}.json"
-    if own.is_file():   # the project's models: no open_clip import (2-4 s) for every plan, status or resume
-        cfg = json.loads(own.read_text())
-    else:
-        import open_clip
-
-        from workloads.backbones import _register_configs
-
-        _register_configs()
-        cfg = open_clip.get_model_config(clip_model)
+    cfg = model_config(clip_model)
     if cfg is None:
         raise ValueError(f"unknown open_clip model {clip_model!r}")
     size = cfg["vision_cfg"]["image_size"]

@@ -189,12 +189,9 @@ def from_xpool_pooling(state_dict: dict) -> dict[str, torch.Tensor]:
 # config checks
 
 def _config(clip_model: str) -> dict:
-    import open_clip
+    from workloads.backbones import model_config
 
-    from workloads.backbones import _register_configs
-
-    _register_configs()
-    cfg = open_clip.get_model_config(clip_model)
+    cfg = model_config(clip_model)
     if cfg is None:
         raise WeightsError(f"unknown open_clip model {clip_model!r}")
     return cfg
