@@ -126,7 +126,8 @@ def test_trials_of_early_render_sets_run_while_the_last_set_is_rendered(tmp_path
     # trials ran while the last sets were still rendering: the first set's trial was handed to Tune and was at work
     # before the last set's last clip was on disk (Tune's start-up on a loaded 2-core machine is 20-60 s, so that
     # it also *finished* before is likely but not asserted)
-    first = order[0][1:]
+    # the set rendered first: submit renders in the cost model's order (render.cost_ordered_sets), not plan order
+    first = min((rs[1:] for rs in order), key=lambda ps: report.timeline["render:synthetic/%s/%d" % ps])
     assert report.timeline["trials_from"] < report.timeline["render:synthetic/h264_compression/5"]
     assert started[first] < last_written, (started, finished, last_written)
     # the gate: every trial was handed to Tune after its own set was complete (the report's timeline says when)
