@@ -65,3 +65,23 @@ def test_waves_run_every_trial_once_and_stop_on_a_closed_gate(tmp_path):
         assert str(closing.error) == "check missed"
     finally:
         ray.shutdown()
+
+
+def test_tune_keeps_as_many_of_our_trials_pending_as_of_its_own_grid(monkeypatch):
+    """Tune allows a custom search algorithm one pending trial (its trial starts serialised: half plain Tune's rate,
+    benchmarks/RESULTS.md section 15); inside `run_trials`' context it allows ours what it allows its grid search, and
+    a value the user set stays theirs. Asked of Tune's own function, on our real searcher."""
+    from ray.tune.execution.tune_controller import _get_max_pending_trials
+    from ray.tune.search import SearchGenerator
+
+    from orchestrator.tune import GatedSearcher, _pending_trials_like_grid_search
+
+    monkeypatch.delenv("TUNE_MAX_PENDING_TRIALS_PG", raising=False)
+    ours = SearchGenerator(GatedSearcher(ReadyGate(_specs(3))))
+    assert _get_max_pending_trials(ours) == 1   # Tune's default for a searcher: what this fixes
+    with _pending_trials_like_grid_search():
+        assert _get_max_pending_trials(ours) >= 200
+    assert _get_max_pending_trials(ours) == 1   # nothing left behind in the environment
+    monkeypatch.setenv("TUNE_MAX_PENDING_TRIALS_PG", "7")
+    with _pending_trials_like_grid_search():
+        assert _get_max_pending_trials(ours) == 7
