@@ -10,7 +10,8 @@ gallery gives). Both sides run the same Tune trainable, resources and Tuner sett
   rendering, which are real work and not overhead): load and plan the grid, read the ledger, start the MLflow parent
   run (sqlite under the results dir) and sync it, run the trials through orchestrator/tune.py `run_trials` with the
   driver's `LiveRecorder` (ledger write, MLflow child run with its artifact, console line, progress bar), then
-  `finish` (tables from the ledger, the parent run closed with them);
+  `finish` (tables and report from the ledger, written by a child process as `submit` does: orchestrator/outputs.py;
+  the parent run closed with them);
 - **re-submit**: `submit()` itself on the same grid with the ledger full: nothing to run, no Ray, MLflow checked for
   every trial and the tables rebuilt.
 
@@ -287,6 +288,12 @@ def main() -> int:
               f"+{(ours_peak - r1) / 2**20:.0f} MB, of which setup (plan, MLflow imported and its store opened) "
               f"+{(marks['setup_rss'] - r1) / 2**20:.0f} MB and the trials "
               f"+{(ours_peak - marks['setup_rss']) / 2**20:.0f} MB")
+        import resource
+
+        # the tables and the report are written by a child process (orchestrator/outputs.py): its own peak, apart
+        # from the driver's (the largest child this process has waited for; Ray's own processes are still running)
+        child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        print(f"ours, tables and report in their child process: peak RSS {child_mb:.0f} MB (not the driver's)")
         step = max(1, len(rss.trace) // 12)
         print("ours, driver RSS over time (s: +MB): " + ", ".join(
             f"{t:.0f}: +{(r - r1) / 2**20:.0f}" for t, r in rss.trace[::step]))

@@ -41,7 +41,7 @@ from rich.markup import escape
 from orchestrator.grid import GridSpec, load_grid
 from orchestrator.ledger import TrialLedger
 from orchestrator.plan import Paths, Plan, build_plan, missing_videos, plan_for_sizing
-from orchestrator.results import write_tables
+from orchestrator.outputs import write_outputs_apart
 from orchestrator.tracking import Tracker, check_store, default_tracking_uri, store_key
 from workloads.spec import CLEAN, TrialSpec
 
@@ -644,8 +644,10 @@ def sync_store(tracker, plan: Plan, ledger: TrialLedger, parent, console: Consol
     """Log to this store every trial of the plan the ledger holds and the store lacks (a driver killed between
     the ledger and MLflow, a store that was down, another store); `parent()` gives the parent run."""
     store = store_key(tracker.uri)
-    entries = ledger.entries(t.key for t in plan.trials)
-    created = tracker.sync(plan.grid.name, entries, parent, lambda key, rid: ledger.record_run(key, store, rid))
+    # read without the per-query lists (a resume of a full grid reads every entry); a run it logs reads its entry whole
+    entries = ledger.entries((t.key for t in plan.trials), lists=False)
+    created = tracker.sync(plan.grid.name, entries, parent, lambda key, rid: ledger.record_run(key, store, rid),
+                           whole=ledger.get)
     if created:
         console.print(f"MLflow: {created} trials from the ledger logged to {tracker.uri} (missing there)")
     return created
@@ -658,17 +660,16 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
     paths = plan.paths
     if tracker is not None:
         tracker.flush()   # trial runs still queued on its thread (LiveRecorder): their run ids reach the ledger first
-    # without the per-query lists: at 4,270 trials they are ~60 MB of the driver (benchmarks/RESULTS.md section 15)
-    entries = ledger.entries((t.key for t in plan.trials), lists=False)
-    report.tables = write_tables(entries, paths.grid_dir(grid.name), grid)
-    try:  # the HTML report and its plots (orchestrator/report.py); the parent run gets them with the tables
-        from orchestrator.report import write_report
-
-        report.tables += write_report(grid, plan.trials, entries, paths.grid_dir(grid.name), ledger)
-    except Exception as err:  # a plot must not fail a submission: `report GRID` rebuilds it
-        console.print(f"[yellow]report not written ({type(err).__name__}: {err}); python -m orchestrator report "
+    # tables and report in a child process: the driver does not grow by their frames and plots (orchestrator/outputs.py)
+    outputs = write_outputs_apart(grid, plan.trials, paths.grid_dir(grid.name), paths.ledger)
+    if outputs.error:
+        console.print(f"[red]tables and report not written ({outputs.error}); the ledger has every result: "
+                      f"python -m orchestrator report {grid.source}[/]")
+    elif outputs.report_error:
+        console.print(f"[yellow]report not written ({outputs.report_error}); python -m orchestrator report "
                       f"{grid.source}[/]")
-    n_ok = sum(e["status"] == "ok" for e in entries)
+    report.tables = outputs.files
+    n_ok = outputs.ok
     try:
         if summary is None:  # nothing ran: sync only, with a parent run only when something is logged
             tracker = Tracker(report.tracking_uri, paths.results)
@@ -681,9 +682,9 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
 
             sync_store(tracker, plan, ledger, parent_on_demand, console)
         if tracker is not None and report.parent_run_id:
-            failed = sum(e["status"] == "failed" for e in entries)
             tracker.finish_parent(report.parent_run_id, {
-                "trials_ok": n_ok, "trials_failed": failed, "trials_missing": len(plan.trials) - len(entries),
+                "trials_ok": n_ok, "trials_failed": outputs.failed,
+                "trials_missing": len(plan.trials) - outputs.present,
                 "ran_now_ok": counts["ok"], "ran_now_failed": counts["failed"],
                 "render_failed": summary.failed if summary is not None else 0},
                 report.tables, status if counts["failed"] == 0 or status == "KILLED" else "FAILED")

@@ -243,17 +243,19 @@ class Tracker:
                 return out
 
     def sync(self, grid_name: str, entries: list[dict[str, Any]], parent: Callable[[], str],
-             record: Callable[[str, str], None]) -> int:
+             record: Callable[[str, str], None],
+             whole: Callable[[str], dict[str, Any] | None] | None = None) -> int:
         """Log every ledger entry this store lacks (by trial key and status) as a child run of `parent()` (called
         only when something is logged), and `record(trial key, run id)` for every entry whose run in this store the
-        ledger did not know yet. Returns the number of runs created."""
+        ledger did not know yet. Returns the number of runs created. `whole(key)` reads an entry back with its
+        per-query lists when `entries` were read without them (`TrialLedger.entries(lists=False)`)."""
         have = self.trial_runs(grid_name)
         store, created, parent_id = store_key(self.uri), 0, None
         for e in entries:
             rid = have.get((e["key"], e["status"]))
             if rid is None:
                 parent_id = parent_id or parent()
-                rid = self.log_trial(parent_id, grid_name, e)
+                rid = self.log_trial(parent_id, grid_name, (whole(e["key"]) if whole else None) or e)
                 created += 1
             if (e.get("mlflow_runs") or {}).get(store) != rid:
                 record(e["key"], rid)

@@ -1,6 +1,7 @@
 """MLflow is a view of the ledger: `sync` logs exactly what a store lacks (no duplicates, any number of stores),
 parent runs of dead drivers are closed, and an unreachable store or results folder fails in one line before anything
 starts. Real MLflow sqlite stores; no Ray."""
+import json
 import socket
 import subprocess
 import sys
@@ -31,7 +32,8 @@ def planned(tmp_path, shared_cache):
     for i, t in enumerate(plan.trials):  # the ledger as trials leave it
         ledger.put({"key": t.key, "spec": t.to_dict(), "status": "failed" if i == 0 else "ok",
                     "metrics": {} if i == 0 else {"R1": float(i), "hub_skewness": 0.1},
-                    "error": "NonFiniteError: non-finite scores at batch 0" if i == 0 else None}, submission="s1")
+                    "error": "NonFiniteError: non-finite scores at batch 0" if i == 0 else None,
+                    "k_occurrence": [i, 7, 0]}, submission="s1")
     return plan, ledger
 
 
@@ -58,6 +60,11 @@ def test_sync_logs_what_a_store_lacks_once_per_store(planned, tmp_path):
     # the ledger knows each trial's run in this store
     by_key = {r.data.tags["mlvp.trial_key"]: r.info.run_id for r in runs}
     assert all(ledger.get(t.key)["mlflow_runs"][store_key(first)] == by_key[t.key] for t in plan.trials)
+    # the sync reads the ledger without per-query lists, and each run it logs reads its entry back whole
+    client = MlflowClient(first)
+    for t in plan.trials[:2]:
+        k_occ = json.loads(open(client.download_artifacts(by_key[t.key], "k_occurrence.json")).read())
+        assert k_occ["counts"] == ledger.get(t.key)["k_occurrence"]
 
     # again: nothing missing, no new run, no new parent
     again = _sync(plan, ledger, first)

@@ -1,0 +1,93 @@
+"""A grid's outputs besides the ledger: its tables (orchestrator/results.py) and its report (orchestrator/report.py),
+both written from the ledger, and the counts the MLflow parent run is closed with.
+
+At the end of `submit` they are written by a child process (`write_outputs_apart`), not by the driver: at the full
+matrix's size the tables' frames and the report's plots (matplotlib, the per-cell frame) grew the driver by ~127 MB
+at once, after a Tune loop that had stayed flat (benchmarks/RESULTS.md section 15), and a crash in a plot library
+must not take the driver down with it. The child is a fresh interpreter (`python -m orchestrator.outputs`), not a
+fork: the driver runs Ray's and MLflow's threads, and a forked copy of their locks can hang; nor multiprocessing's
+"spawn", which re-runs the caller's main script in the child. It costs one interpreter start and the imports (~1 s
+of CPU), once per submission. The ledger stays the record either way: `python -m orchestrator report GRID`
+writes the same files in its own process.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workloads.spec import TrialSpec
+
+
+@dataclass
+class Outputs:
+    """What was written, and what the ledger held for the grid's trials."""
+
+    files: list[Path] = field(default_factory=list)
+    ok: int = 0
+    failed: int = 0
+    present: int = 0                  # trials of the grid with a ledger entry (ok or failed)
+    report_error: str | None = None   # the report failed (the tables were written): its one-line cause
+    error: str | None = None          # nothing was written: the one-line cause
+
+
+def write_outputs(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Path) -> Outputs:
+    """The tables, then the report, in this process. A failed report leaves the tables (`report_error`)."""
+    from orchestrator.ledger import TrialLedger
+    from orchestrator.results import write_tables
+
+    ledger = TrialLedger(ledger_root)
+    # without the per-query lists: at 4,270 trials they are ~60 MB (benchmarks/RESULTS.md section 15)
+    entries = ledger.entries((t.key for t in specs), lists=False)
+    out = Outputs(ok=sum(e["status"] == "ok" for e in entries), failed=sum(e["status"] == "failed" for e in entries),
+                  present=len(entries))
+    out.files = write_tables(entries, grid_dir, grid)
+    try:
+        from orchestrator.report import write_report
+
+        out.files += write_report(grid, specs, entries, grid_dir, ledger)
+    except Exception as err:  # a plot must not cost the tables: `report GRID` rebuilds it
+        out.report_error = f"{type(err).__name__}: {err}"
+    return out
+
+
+def write_outputs_apart(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Path) -> Outputs:
+    """`write_outputs` in a child process (see the module docstring). An exception inside the child is raised here as
+    it would be in this process; a child that dies (killed, out of memory) comes back as `Outputs.error`."""
+    with tempfile.TemporaryDirectory(prefix="mlvp-outputs-") as tmp:
+        job, answer = Path(tmp) / "job.pkl", Path(tmp) / "answer.pkl"
+        job.write_bytes(pickle.dumps((grid, specs, Path(grid_dir), Path(ledger_root))))
+        # the child imports what this process imports, from the same places
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        proc = subprocess.run([sys.executable, "-m", "orchestrator.outputs", str(job), str(answer)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if proc.returncode != 0 or not answer.is_file():
+            last = (proc.stderr or "").strip().splitlines()
+            return Outputs(error=f"the process writing them died (exit code {proc.returncode}"
+                                 f"{': ' + last[-1] if last else ''})")
+        done, value = pickle.loads(answer.read_bytes())
+    if not done:
+        raise value
+    return value
+
+
+def _child(job: str, answer: str) -> int:
+    """`python -m orchestrator.outputs JOB ANSWER`: run the pickled `write_outputs` call of JOB and pickle (True,
+    Outputs) or (False, the exception) into ANSWER."""
+    grid, specs, grid_dir, ledger_root = pickle.loads(Path(job).read_bytes())
+    try:
+        value = (True, write_outputs(grid, specs, grid_dir, ledger_root))
+    except Exception as err:
+        value = (False, err)
+    Path(answer).write_bytes(pickle.dumps(value))
+    return 0
+
+
+if __name__ == "__main__":
+    from orchestrator.outputs import _child as child   # by its module name: what it pickles unpickles in the driver
+
+    sys.exit(child(*sys.argv[1:3]))

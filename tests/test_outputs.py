@@ -1,0 +1,69 @@
+"""The end of a submission's tables and report, written by a spawned child process (orchestrator/outputs.py): the same
+files and counts as in the driver's own process, an error inside the child raised in the driver, and a child that
+dies reported as an error (the ledger untouched). Real processes, a real ledger; no Ray."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from orchestrator.grid import parse_grid
+from orchestrator.ledger import TrialLedger
+from orchestrator.outputs import write_outputs, write_outputs_apart
+from orchestrator.plan import Paths, build_plan
+
+GRID = {"name": "outs", "datasets": {"synthetic": {"options": {"n_train": 96, "n_test": 40, "size": 32}}},
+        "models": {"clip_model": "mlvp-micro"}, "backbones": ["clip4clip"], "methods": ["source", "tent"],
+        "query_shift": {"datasets": ["synthetic"], "perturbations": ["gaussian_noise"], "severities": [1, 5]}}
+
+
+@pytest.fixture
+def planned(tmp_path, shared_cache):
+    grid_file = tmp_path / "outs.yaml"
+    grid_file.write_text("name: outs\n")
+    plan = build_plan(parse_grid(GRID, str(grid_file)), Paths.make(tmp_path / "results", shared_cache))
+    ledger = TrialLedger(plan.paths.ledger)
+    for i, t in enumerate(plan.trials[:-1]):   # the last trial never ran
+        ledger.put({"key": t.key, "spec": t.to_dict(), "status": "failed" if i == 0 else "ok",
+                    "metrics": {} if i == 0 else {"R1": 10.0 + i, "R5": 50.0, "hub_skewness": 0.5},
+                    "error": "RuntimeError: boom" if i == 0 else None, "k_occurrence": [i, 2, 0, 1],
+                    "batch_R1": [10.0 + i]}, submission="s1")
+    return plan
+
+
+class _DiesWhenUnpickled:
+    """Unpickled in the child, it ends that process at once (as an OOM kill would)."""
+
+    def __reduce__(self):
+        return (os._exit, (3,))
+
+
+def test_child_writes_what_the_driver_would(planned, tmp_path):
+    plan = planned
+    apart = write_outputs_apart(plan.grid, plan.trials, tmp_path / "apart", plan.paths.ledger)
+    here = write_outputs(plan.grid, plan.trials, tmp_path / "here", plan.paths.ledger)
+    assert apart.error is None and apart.report_error is None, (apart.error, apart.report_error)
+    assert (apart.ok, apart.failed, apart.present) == (here.ok, here.failed, here.present) == (4, 1, 5)
+    rel = sorted(str(f.relative_to(tmp_path / "apart")) for f in apart.files)
+    assert rel == sorted(str(f.relative_to(tmp_path / "here")) for f in here.files)
+    assert "trials.parquet" in rel and "report/index.html" in rel
+    assert all(f.is_file() and f.stat().st_size > 0 for f in apart.files)
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(tmp_path / "apart" / "trials.parquet").equals(pq.read_table(tmp_path / "here" /
+                                                                                      "trials.parquet"))
+
+
+def test_an_error_in_the_child_is_raised_in_the_driver(planned, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(OSError):
+        write_outputs_apart(planned.grid, planned.trials, blocker / "grid", planned.paths.ledger)
+
+
+def test_a_child_that_dies_is_an_error_not_a_crash(planned, tmp_path):
+    before = sorted(p.name for p in planned.paths.ledger.rglob("*.json"))
+    out = write_outputs_apart(_DiesWhenUnpickled(), planned.trials, tmp_path / "dead", planned.paths.ledger)
+    assert out.error and "died" in out.error and not out.files
+    assert sorted(p.name for p in planned.paths.ledger.rglob("*.json")) == before
+    assert not (tmp_path / "dead").exists()
