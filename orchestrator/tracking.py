@@ -317,6 +317,10 @@ class Tracker:
         self.client.log_text(run_id, text, name)
 
     def log_files(self, run_id: str, files: dict[str, Any]) -> None:
+        if isinstance(self.client, _BatchClient):   # kept in memory until the batch commits: no folder per run
+            self.client.add_files(run_id, {name: (content if isinstance(content, str) else json.dumps(content))
+                                           .encode() for name, content in files.items()})
+            return
         with tempfile.TemporaryDirectory() as d:
             for name, content in files.items():
                 p = Path(d) / name
@@ -450,6 +454,9 @@ class _BatchClient:
                 rel = f.relative_to(local_dir).as_posix()
                 self.runs[run_id]["files"][f"{artifact_path}/{rel}" if artifact_path else rel] = f.read_bytes()
 
+    def add_files(self, run_id, files: dict[str, bytes]) -> None:
+        self.runs[run_id]["files"].update(files)
+
     def set_terminated(self, run_id, status=None, end_time=None):
         run = self.runs[run_id]
         run["status"], run["end"] = status or "FINISHED", end_time or int(time.time() * 1000)
@@ -459,29 +466,36 @@ class _BatchClient:
         write), then the artifacts: written into a local artifact folder, else through the real client."""
         from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlParam, SqlRun, SqlTag
         from mlflow.utils.uri import append_to_uri_path
+        from sqlalchemy import insert
 
+        runs, tags, params, metrics, latest_rows = [], [], [], [], []
+        for rid, run in self.runs.items():
+            runs.append(dict(name=run["name"], run_uuid=rid, experiment_id=int(experiment_id),
+                             artifact_uri=append_to_uri_path(artifact_location, rid, "artifacts"),
+                             source_type="UNKNOWN", source_name="", entry_point_name="", user_id="",
+                             status=run["status"], start_time=run["start"], end_time=run["end"], deleted_time=None,
+                             source_version="", lifecycle_stage="active"))
+            tags += [dict(run_uuid=rid, key=k, value=str(v))
+                     for k, v in {"mlflow.runName": run["name"], **run["tags"]}.items()]
+            params += [dict(run_uuid=rid, key=k, value=str(v)) for k, v in run["params"].items()]
+            latest: dict[str, Any] = {}
+            rows = {}
+            for m in run["metrics"]:
+                is_nan, value = store.sanitize_metric_value(m.value)
+                rows[(m.key, m.timestamp, m.step, value, is_nan)] = (m, is_nan, value)
+                if m.key not in latest or (m.step, m.timestamp) >= (latest[m.key][0].step, latest[m.key][0].timestamp):
+                    latest[m.key] = (m, is_nan, value)
+            metrics += [dict(run_uuid=rid, key=m.key, value=v, timestamp=m.timestamp, step=m.step, is_nan=nan)
+                        for m, nan, v in rows.values()]
+            latest_rows += [dict(run_uuid=rid, key=m.key, value=v, timestamp=m.timestamp, step=m.step, is_nan=nan)
+                            for m, nan, v in latest.values()]
+        # ORM bulk INSERTs (one executemany per table): the same rows as adding one ORM object per row, without the
+        # unit of work that took ~70% of the writer thread's CPU (py-spy, benchmarks/RESULTS.md section 15)
         with store.ManagedSessionMaker(read_only=False) as session:
-            for rid, run in self.runs.items():
-                tags = {"mlflow.runName": run["name"], **run["tags"]}
-                session.add(SqlRun(name=run["name"], run_uuid=rid, experiment_id=int(experiment_id),
-                                   artifact_uri=append_to_uri_path(artifact_location, rid, "artifacts"),
-                                   source_type="UNKNOWN", source_name="", entry_point_name="", user_id="",
-                                   status=run["status"], start_time=run["start"], end_time=run["end"],
-                                   deleted_time=None, source_version="", lifecycle_stage="active"))
-                session.add_all([SqlTag(run_uuid=rid, key=k, value=str(v)) for k, v in tags.items()])
-                session.add_all([SqlParam(run_uuid=rid, key=k, value=str(v)) for k, v in run["params"].items()])
-                latest: dict[str, Any] = {}
-                rows = {}
-                for m in run["metrics"]:
-                    is_nan, value = store.sanitize_metric_value(m.value)
-                    rows[(m.key, m.timestamp, m.step, value, is_nan)] = (m, is_nan, value)
-                    if m.key not in latest or (m.step, m.timestamp) >= (latest[m.key][0].step,
-                                                                       latest[m.key][0].timestamp):
-                        latest[m.key] = (m, is_nan, value)
-                session.add_all([SqlMetric(run_uuid=rid, key=m.key, value=v, timestamp=m.timestamp, step=m.step,
-                                           is_nan=nan) for m, nan, v in rows.values()])
-                session.add_all([SqlLatestMetric(run_uuid=rid, key=m.key, value=v, timestamp=m.timestamp,
-                                                 step=m.step, is_nan=nan) for m, nan, v in latest.values()])
+            for model, rows_of in ((SqlRun, runs), (SqlTag, tags), (SqlParam, params), (SqlMetric, metrics),
+                                   (SqlLatestMetric, latest_rows)):
+                if rows_of:
+                    session.execute(insert(model), rows_of)
         local = artifact_location.startswith("file:") or "://" not in artifact_location
         for rid, run in self.runs.items():
             if not run["files"]:
