@@ -211,6 +211,7 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     t_finish = time.perf_counter()
     rendered = types.SimpleNamespace(failed=0)   # the render stage's summary (nothing rendered here)
     finish(plan, grid, ledger, report, console, t0, rendered, recorder.counts, "FINISHED", submission, tracker)
+    marks["outputs_peak_mb"] = report.outputs.peak_rss_mb
     marks["finish_s"] = time.perf_counter() - t_finish
     return time.perf_counter() - t0, recorder.counts["ok"]
 
@@ -288,12 +289,10 @@ def main() -> int:
               f"+{(ours_peak - r1) / 2**20:.0f} MB, of which setup (plan, MLflow imported and its store opened) "
               f"+{(marks['setup_rss'] - r1) / 2**20:.0f} MB and the trials "
               f"+{(ours_peak - marks['setup_rss']) / 2**20:.0f} MB")
-        import resource
-
         # the tables and the report are written by a child process (orchestrator/outputs.py): its own peak, apart
-        # from the driver's (the largest child this process has waited for; Ray's own processes are still running)
-        child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        print(f"ours, tables and report in their child process: peak RSS {child_mb:.0f} MB (not the driver's)")
+        # from the driver's
+        print(f"ours, tables and report in their child process: peak RSS {marks['outputs_peak_mb'] or 0:.0f} MB "
+              "(a process of its own, not the driver's)")
         step = max(1, len(rss.trace) // 12)
         print("ours, driver RSS over time (s: +MB): " + ", ".join(
             f"{t:.0f}: +{(r - r1) / 2**20:.0f}" for t, r in rss.trace[::step]))

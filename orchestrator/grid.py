@@ -142,6 +142,10 @@ class VariantSpec:
     faithful: bool | None = None             # None: the grid's `faithful`
 
 
+# Ray Tune trials per `Tuner.fit`: 2,500 kept the driver within +82 MB at 4,270 trials with one wave boundary
+# (~9 s each on a 2-core machine, no-op trials); 1,000 made four (benchmarks/RESULTS.md section 15)
+TRIALS_PER_WAVE = 2500
+
 @dataclass
 class RuntimeSpec:
     batch_size: int = opt(16, min=1)
@@ -155,7 +159,7 @@ class RuntimeSpec:
     max_failures: int = opt(1, min=0)        # Tune retries of a trial that crashed its worker
     max_concurrent_trials: int | None = opt(None, min=1)
     # trials per Ray Tune experiment (orchestrator/tune.py "Waves"; None: all in one): bounds the driver's memory
-    trials_per_wave: int | None = opt(1000, min=1)
+    trials_per_wave: int | None = opt(TRIALS_PER_WAVE, min=1)
     render_actors: int | None = opt(None, min=1)   # Ray Data actor pool size (None: one per CPU)
     save_scores: bool = True                 # keep each trial's score matrix (fp16) for re-analysis
 

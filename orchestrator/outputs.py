@@ -33,6 +33,17 @@ class Outputs:
     present: int = 0                  # trials of the grid with a ledger entry (ok or failed)
     report_error: str | None = None   # the report failed (the tables were written): its one-line cause
     error: str | None = None          # nothing was written: the one-line cause
+    peak_rss_mb: float | None = None  # the writing process's peak resident memory (Linux), for the benchmarks
+
+
+def _peak_rss_mb() -> float | None:
+    """This process's peak RSS since it started its program (VmHWM: counted per address space, so not the parent's
+    pages a forked child starts with, which getrusage's ru_maxrss includes)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        return None
 
 
 def write_outputs(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Path) -> Outputs:
@@ -52,6 +63,7 @@ def write_outputs(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Pat
         out.files += write_report(grid, specs, entries, grid_dir, ledger)
     except Exception as err:  # a plot must not cost the tables: `report GRID` rebuilds it
         out.report_error = f"{type(err).__name__}: {err}"
+    out.peak_rss_mb = _peak_rss_mb()
     return out
 
 

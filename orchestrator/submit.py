@@ -78,6 +78,7 @@ class SubmitReport:
     # when things became ready (time.time()): "start", "trials_from" (the first trial handed to Tune) and
     # "render:<dataset>/<perturbation>/<severity>" per render set rendered now (orchestrator/render.py)
     timeline: dict[str, float] = field(default_factory=dict)
+    outputs: Any = None                       # orchestrator.outputs.Outputs: what `finish` wrote, its peak memory
 
 
 def make_console() -> Console:
@@ -668,7 +669,7 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
     elif outputs.report_error:
         console.print(f"[yellow]report not written ({outputs.report_error}); python -m orchestrator report "
                       f"{grid.source}[/]")
-    report.tables = outputs.files
+    report.tables, report.outputs = outputs.files, outputs
     n_ok = outputs.ok
     try:
         if summary is None:  # nothing ran: sync only, with a parent run only when something is logged

@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 from ray import tune
 from ray.tune.search import Searcher
 
+from orchestrator.grid import TRIALS_PER_WAVE
 from workloads.spec import TrialSpec
 
 
@@ -347,7 +348,7 @@ def _pending_trials_like_grid_search():
         os.environ.pop("TUNE_MAX_PENDING_TRIALS_PG", None)
 
 
-DEFAULT_WAVE = 1000   # trials per Tuner.fit (benchmarks/RESULTS.md section 15)
+DEFAULT_WAVE = TRIALS_PER_WAVE   # trials per Tuner.fit, the grid's default (orchestrator/grid.py)
 
 
 class TrialsRun(NamedTuple):

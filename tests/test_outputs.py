@@ -48,6 +48,7 @@ def test_child_writes_what_the_driver_would(planned, tmp_path):
     assert rel == sorted(str(f.relative_to(tmp_path / "here")) for f in here.files)
     assert "trials.parquet" in rel and "report/index.html" in rel
     assert all(f.is_file() and f.stat().st_size > 0 for f in apart.files)
+    assert apart.peak_rss_mb and apart.peak_rss_mb > 20   # the child's own peak: an interpreter with pandas at least
     import pyarrow.parquet as pq
 
     assert pq.read_table(tmp_path / "apart" / "trials.parquet").equals(pq.read_table(tmp_path / "here" /
