@@ -80,11 +80,20 @@ def write_outputs_apart(grid, specs: list[TrialSpec], grid_dir: Path, ledger_roo
         if proc.returncode != 0 or not answer.is_file():
             last = (proc.stderr or "").strip().splitlines()
             return Outputs(error=f"the process writing them died (exit code {proc.returncode}"
-                                 f"{': ' + last[-1] if last else ''})")
+                                 f"{': ' + last[-1] if last else ''})", **_counts(specs, ledger_root))
         done, value = pickle.loads(answer.read_bytes())
     if not done:
         raise value
     return value
+
+
+def _counts(specs: list[TrialSpec], ledger_root: Path) -> dict[str, int]:
+    """What the ledger holds for the trials, read one entry at a time (nothing kept): the parent run and the last
+    line of `submit` still say how far the grid got when its tables could not be written."""
+    from orchestrator.ledger import TrialLedger
+
+    counts = TrialLedger(ledger_root).counts(t.key for t in specs)
+    return {"ok": counts["ok"], "failed": counts["failed"], "present": counts["ok"] + counts["failed"]}
 
 
 def _child(job: str, answer: str) -> int:

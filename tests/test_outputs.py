@@ -66,5 +66,6 @@ def test_a_child_that_dies_is_an_error_not_a_crash(planned, tmp_path):
     before = sorted(p.name for p in planned.paths.ledger.rglob("*.json"))
     out = write_outputs_apart(_DiesWhenUnpickled(), planned.trials, tmp_path / "dead", planned.paths.ledger)
     assert out.error and "died" in out.error and not out.files
+    assert (out.ok, out.failed, out.present) == (4, 1, 5)   # still counted, from the ledger, for the parent run
     assert sorted(p.name for p in planned.paths.ledger.rglob("*.json")) == before
     assert not (tmp_path / "dead").exists()
