@@ -326,9 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.getLogger("ray.data").setLevel(logging.ERROR)
-    from orchestrator.tune import DEFAULT_WAVE
+    from orchestrator.grid import TRIALS_PER_WAVE
 
-    wave = DEFAULT_WAVE if args.wave is None else (args.wave or None)
+    wave = TRIALS_PER_WAVE if args.wave is None else (args.wave or None)
     if args.executor == "tune":
         print(f"Ray Tune in waves of {wave or 'all'} trials; load average {os.getloadavg()[0]:.1f}")
     results = {}

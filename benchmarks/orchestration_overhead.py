@@ -275,9 +275,9 @@ def main() -> int:
         if prof:
             prof.enable()
         marks: dict = {}
-        import orchestrator.tune as tune_mod
+        from orchestrator.grid import TRIALS_PER_WAVE
 
-        wave = tune_mod.DEFAULT_WAVE if args.wave is None else (args.wave or None)
+        wave = TRIALS_PER_WAVE if args.wave is None else (args.wave or None)
         t_ours, recorded = ours(grid_path, results, args.trials, open(os.devnull, "w"), marks, wave)
         if prof:
             prof.disable()

@@ -31,6 +31,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from orchestrator.ledger import PER_QUERY
 from workloads.spec import CLEAN, TrialSpec
 
 QS = "query_shift"
@@ -573,8 +574,7 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
         for role in ("clean", "shifted", "adapted"):
             row = cell[role]
             if not _list(row.get("k_occurrence")) and (full := ledger.get(row["key"])) is not None:
-                row["k_occurrence"] = full.get("k_occurrence") or []
-                row["batch_R1"] = full.get("batch_R1") or []
+                row.update({name: full.get(name) or [] for name in PER_QUERY})
     notes = []
     if cell is not None:
         for title, fn in (("k-occurrence: clean vs shifted vs adapted (Fig. 2)", plot_k_occurrence),

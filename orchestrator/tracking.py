@@ -448,12 +448,6 @@ class _BatchClient:
     def set_tag(self, run_id, key, value, **_):
         self.runs[run_id]["tags"][key] = str(value)
 
-    def log_artifacts(self, run_id, local_dir, artifact_path=None):
-        for f in Path(local_dir).rglob("*"):
-            if f.is_file():
-                rel = f.relative_to(local_dir).as_posix()
-                self.runs[run_id]["files"][f"{artifact_path}/{rel}" if artifact_path else rel] = f.read_bytes()
-
     def add_files(self, run_id, files: dict[str, bytes]) -> None:
         self.runs[run_id]["files"].update(files)
 

@@ -348,9 +348,6 @@ def _pending_trials_like_grid_search():
         os.environ.pop("TUNE_MAX_PENDING_TRIALS_PG", None)
 
 
-DEFAULT_WAVE = TRIALS_PER_WAVE   # trials per Tuner.fit, the grid's default (orchestrator/grid.py)
-
-
 class TrialsRun(NamedTuple):
     """What `run_trials` did: Tune experiments run (waves), trials handed to Tune, trials Tune gave up on (crashed
     workers after retries), seconds. The ledger holds the results."""
@@ -364,7 +361,7 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
                cpus_per_trial: float, gpus_per_trial: float, max_failures: int, max_concurrent: int | None,
                on_result: Callable[[dict[str, Any]], None], on_crash: Callable[[dict[str, Any], str], None],
                gate: ReadyGate | None = None, trainable: Callable | None = None, reuse_actors: bool = True,
-               wave: int | None = DEFAULT_WAVE) -> TrialsRun:
+               wave: int | None = TRIALS_PER_WAVE) -> TrialsRun:
     """Run the trials on the connected Ray cluster, in waves of at most `wave` trials (None: one wave), each a
     `Tuner.fit` named `name`, then `name-w2`, ... under `storage_path`. With a `gate`, trials start as their inputs
     become ready (GatedSearcher); without one, all of them are ready. Stops when no trial is left or the gate is

@@ -51,6 +51,23 @@ def write_micro_grid(path: Path, name="micro", backbones="[clip4clip, xpool]", m
     return path
 
 
+def plan_unrun(folder: Path, shared_cache: Path, name: str):
+    """The plan of a 6-trial grid (clean + gaussian_noise 1 and 5, Source and Tent, clip4clip), built from a dict
+    and not run: for tests that write its ledger themselves (tests/test_tracking.py, tests/test_outputs.py). The
+    grid file holds only its name (the parent run logs the file's text)."""
+    from orchestrator.grid import parse_grid
+    from orchestrator.plan import Paths, build_plan
+
+    grid_file = folder / f"{name}.yaml"
+    grid_file.write_text(f"name: {name}\n")
+    grid = parse_grid({"name": name, "models": {"clip_model": "mlvp-micro"},
+                       "datasets": {"synthetic": {"options": {"n_train": 96, "n_test": 40, "size": 32}}},
+                       "backbones": ["clip4clip"], "methods": ["source", "tent"],
+                       "query_shift": {"datasets": ["synthetic"], "perturbations": ["gaussian_noise"],
+                                       "severities": [1, 5]}}, str(grid_file))
+    return build_plan(grid, Paths.make(folder / "results", shared_cache))
+
+
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory) -> Path:
     """One cache (synthetic data, micro checkpoints, renders) for the whole session: built once, reused."""

@@ -7,21 +7,14 @@ import os
 
 import pytest
 
-from orchestrator.grid import parse_grid
+from conftest import plan_unrun
 from orchestrator.ledger import TrialLedger
 from orchestrator.outputs import write_outputs, write_outputs_apart
-from orchestrator.plan import Paths, build_plan
-
-GRID = {"name": "outs", "datasets": {"synthetic": {"options": {"n_train": 96, "n_test": 40, "size": 32}}},
-        "models": {"clip_model": "mlvp-micro"}, "backbones": ["clip4clip"], "methods": ["source", "tent"],
-        "query_shift": {"datasets": ["synthetic"], "perturbations": ["gaussian_noise"], "severities": [1, 5]}}
 
 
 @pytest.fixture
 def planned(tmp_path, shared_cache):
-    grid_file = tmp_path / "outs.yaml"
-    grid_file.write_text("name: outs\n")
-    plan = build_plan(parse_grid(GRID, str(grid_file)), Paths.make(tmp_path / "results", shared_cache))
+    plan = plan_unrun(tmp_path, shared_cache, "outs")
     ledger = TrialLedger(plan.paths.ledger)
     for i, t in enumerate(plan.trials[:-1]):   # the last trial never ran
         ledger.put({"key": t.key, "spec": t.to_dict(), "status": "failed" if i == 0 else "ok",

@@ -10,24 +10,16 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from orchestrator.grid import parse_grid
+from conftest import plan_unrun
 from orchestrator.ledger import TrialLedger
-from orchestrator.plan import Paths, build_plan
 from orchestrator.submit import SubmitReport, check_writable, finish
 from orchestrator.submit import make_console
 from orchestrator.tracking import Tracker, TrackingUnavailable, check_store, default_tracking_uri, store_key
 
-GRID = {"name": "trk", "datasets": {"synthetic": {"options": {"n_train": 96, "n_test": 40, "size": 32}}},
-        "models": {"clip_model": "mlvp-micro"}, "backbones": ["clip4clip"], "methods": ["source", "tent"],
-        "query_shift": {"datasets": ["synthetic"], "perturbations": ["gaussian_noise"], "severities": [1, 5]}}
-
 
 @pytest.fixture
 def planned(tmp_path, shared_cache):
-    grid_file = tmp_path / "trk.yaml"
-    grid_file.write_text("name: trk\n")  # the parent run logs the grid file's text
-    grid = parse_grid(GRID, str(grid_file))
-    plan = build_plan(grid, Paths.make(tmp_path / "results", shared_cache))
+    plan = plan_unrun(tmp_path, shared_cache, "trk")
     ledger = TrialLedger(plan.paths.ledger)
     for i, t in enumerate(plan.trials):  # the ledger as trials leave it
         ledger.put({"key": t.key, "spec": t.to_dict(), "status": "failed" if i == 0 else "ok",
