@@ -47,9 +47,10 @@ class TrialLedger:
         self._write(key, entry)
         return entry
 
-    def record_run(self, key: str, store: str, run_id: str) -> None:
-        """Note that trial `key` has MLflow run `run_id` in tracking store `store`."""
-        entry = self.get(key)
+    def record_run(self, key: str, store: str, run_id: str, entry: dict[str, Any] | None = None) -> None:
+        """Note that trial `key` has MLflow run `run_id` in tracking store `store`. `entry`: the entry as `put` wrote it
+        and returned it (the driver's live path), which saves reading it back; without it, it is read."""
+        entry = entry if entry is not None else self.get(key)
         if entry is None:
             raise KeyError(f"no ledger entry for trial {key}")
         self._write(key, {**entry, "mlflow_runs": {**(entry.get("mlflow_runs") or {}), store: run_id}})

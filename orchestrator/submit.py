@@ -724,8 +724,10 @@ class LiveRecorder:
             entry = None
         if entry is not None and self.tracking:   # on the tracker's thread: this callback returns now
             key = result["key"]
-            self.tracker.log_trial_later(self.parent, self.grid_name, entry,
-                                         lambda rid: self.ledger.record_run(key, self.store, rid), self.untracked)
+            self.tracker.log_trial_later(
+                self.parent, self.grid_name, entry,
+                lambda rid: self.ledger.record_run(key, self.store, rid, entry),   # the entry as written: not re-read
+                self.untracked)
         ok = result["status"] == "ok"
         self.counts["ok" if ok else "failed"] += 1
         spec = TrialSpec.from_dict(result["spec"])

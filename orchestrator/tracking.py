@@ -483,13 +483,14 @@ class _BatchClient:
                         for m, nan, v in rows.values()]
             latest_rows += [dict(run_uuid=rid, key=m.key, value=v, timestamp=m.timestamp, step=m.step, is_nan=nan)
                             for m, nan, v in latest.values()]
-        # ORM bulk INSERTs (one executemany per table): the same rows as adding one ORM object per row, without the
-        # unit of work that took ~70% of the writer thread's CPU (py-spy, benchmarks/RESULTS.md section 15)
+        # Core INSERTs on the models' tables (one DB-API executemany per table): the same rows as adding one ORM
+        # object per row, without the ORM's per-row work, which took ~70% of the writer thread's CPU and competed with
+        # Tune's loop for the GIL (py-spy, benchmarks/RESULTS.md section 15)
         with store.ManagedSessionMaker(read_only=False) as session:
             for model, rows_of in ((SqlRun, runs), (SqlTag, tags), (SqlParam, params), (SqlMetric, metrics),
                                    (SqlLatestMetric, latest_rows)):
                 if rows_of:
-                    session.execute(insert(model), rows_of)
+                    session.execute(insert(model.__table__), rows_of)
         local = artifact_location.startswith("file:") or "://" not in artifact_location
         for rid, run in self.runs.items():
             if not run["files"]:

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, NamedTuple
 
 from ray import tune
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
 
 from orchestrator.grid import TRIALS_PER_WAVE
@@ -76,11 +78,12 @@ def trial_trainable(config: dict[str, Any], env: dict[str, Any]) -> None:
     maybe_fail(spec.key)   # test-only (MLVP_TEST_FAULT_RATE); a no-op otherwise
     hold()                 # test-only (MLVP_TEST_TRIAL_HOLD_S); a no-op otherwise
     result = run(spec, TrialEnvironment(**env).context_for(spec))
-    metrics = {k: v for k, v in result.metrics.items() if k in ("R1", "R5", "R10", "MdR", "MnR")}
     # where it ran, for the ledger: which node of a cluster, which worker process (tests/test_cluster.py reads them)
     where = {"ray_node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
-    tune.report({"trial_ok": result.status == "ok", **metrics,
-                 "result_json": json.dumps({**result.to_dict(), **where})})
+    # the result as one string and no numeric metric: Tune keeps running statistics (six values and two deques) of
+    # every number a trial reports, on the driver until its `Tuner.fit` ends, ~3 KB per metric and trial; nothing
+    # here reads them (TrialRecorder hands the result to the ledger)
+    tune.report({"result_json": json.dumps({**result.to_dict(), **where})})
 
 
 def _name_worker(spec: TrialSpec) -> None:
@@ -325,27 +328,58 @@ class GatedSearcher(Searcher):
         self.quota, self.handed = None, 0
 
 
-@contextlib.contextmanager
-def _pending_trials_like_grid_search():
-    """Let Tune keep as many trials pending (created, waiting for their placement group) as it does for a grid search.
+class FirstPendingScheduler(FIFOScheduler):
+    """Tune's FIFO scheduling (the next trial to start is the first PENDING one in creation order), without walking
+    the trials that have finished. Tune's FIFOScheduler asks every trial for its status on every step of its loop,
+    finished ones included: quadratic in the trials of a `Tuner.fit`, and at 4,270 short trials the largest single
+    cost of the driver's loop (py-spy, benchmarks/RESULTS.md section 15). A trial Tune has finished (TERMINATED) or
+    given up on (ERROR) never becomes PENDING again within a `fit` (a crashed trial is requeued while RUNNING:
+    ray/tune/execution/tune_controller.py `_requeue_trial`), so the finished prefix of Tune's list is skipped for
+    good and the choice is the FIFO one (tests/test_waves.py compares the two)."""
 
-    Tune reads TUNE_MAX_PENDING_TRIALS_PG when a `Tuner.fit` starts; left at "auto", it allows max(200, 1.1 x the
-    cluster's CPUs) pending trials for its own grid/random search but **one** for any other search algorithm, ours
-    included (ray/tune/execution/tune_controller.py `_get_max_pending_trials`). With one, Tune creates a trial, waits
-    for its placement group, then creates the next: trial starts are serialised on the driver, and at thousands of
-    short trials ours ran at half plain Tune's rate (benchmarks/RESULTS.md section 15). A gated trial is only created
-    once its inputs are ready (GatedSearcher), so a pending trial never waits on a render. A value the user set wins."""
-    if os.environ.get("TUNE_MAX_PENDING_TRIALS_PG", "auto") != "auto":
-        yield
-        return
+    def __init__(self):
+        super().__init__()
+        self._finished_prefix = 0
+
+    def choose_trial_to_run(self, tune_controller) -> Trial | None:
+        trials = tune_controller.get_trials()
+        start = self._finished_prefix
+        while start < len(trials) and trials[start].status in (Trial.TERMINATED, Trial.ERROR):
+            start += 1
+        self._finished_prefix = start
+        for wanted in (Trial.PENDING, Trial.PAUSED):
+            for i in range(start, len(trials)):
+                if trials[i].status == wanted:
+                    return trials[i]
+        return None
+
+
+@contextlib.contextmanager
+def _tune_settings_for_many_trials():
+    """Tune settings read when a `Tuner.fit` starts, set for its duration (a value the user set wins):
+
+    - TUNE_MAX_PENDING_TRIALS_PG: as many pending trials (created, waiting for their placement group) as Tune allows
+      its own grid search. Left at "auto", it allows max(200, 1.1 x the cluster's CPUs) for grid/random search but
+      **one** for any other search algorithm, ours included (ray/tune/execution/tune_controller.py
+      `_get_max_pending_trials`). With one, Tune creates a trial, waits for its placement group, then creates the
+      next: trial starts are serialised on the driver, and at thousands of short trials ours ran at half plain Tune's
+      rate (benchmarks/RESULTS.md section 15). A gated trial is only created once its inputs are ready
+      (GatedSearcher), so a pending trial never waits on a render.
+    - TUNE_GLOBAL_CHECKPOINT_S: Tune's experiment state (every trial's state as JSON, for `Tuner.restore`) is saved
+      when the run starts and ends, not every ~10 s as well: the ledger is our resume record (a restored Tuner
+      records nothing: TrialRecorder), and the periodic saves took ~9% of the driver loop's CPU at 4,270 trials
+      (py-spy, benchmarks/RESULTS.md section 15)."""
     import ray
 
     cpus = ray.cluster_resources().get("CPU", 1.0) if ray.is_initialized() else 1.0
-    os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = str(max(200, int(cpus * 1.1)))
+    wanted = {"TUNE_MAX_PENDING_TRIALS_PG": str(max(200, int(cpus * 1.1))), "TUNE_GLOBAL_CHECKPOINT_S": "inf"}
+    ours = {k: v for k, v in wanted.items() if os.environ.get(k, "auto") == "auto"}
+    os.environ.update(ours)
     try:
         yield
     finally:
-        os.environ.pop("TUNE_MAX_PENDING_TRIALS_PG", None)
+        for k in ours:
+            os.environ.pop(k, None)
 
 
 class TrialsRun(NamedTuple):
@@ -397,13 +431,13 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
             tuner = tune.Tuner(
                 trainable,
                 tune_config=tune.TuneConfig(reuse_actors=reuse_actors, max_concurrent_trials=max_concurrent,
-                                            search_alg=searcher, num_samples=quota,
+                                            search_alg=searcher, scheduler=FirstPendingScheduler(), num_samples=quota,
                                             trial_name_creator=_short_name, trial_dirname_creator=_short_name),
                 run_config=tune.RunConfig(name=name if waves == 1 else f"{name}-w{waves}", storage_path=storage_path,
                                           verbose=0, failure_config=tune.FailureConfig(max_failures=max_failures),
                                           callbacks=[TrialRecorder(on_result, on_crash)]),
             )
-            with _pending_trials_like_grid_search():
+            with _tune_settings_for_many_trials():
                 errors += tuner.fit().num_errors
             trials += searcher.handed
             del tuner   # with the ResultGrid, it holds this wave's Trial objects: the state the waves free

@@ -1,6 +1,7 @@
 """`run_trials` in waves (orchestrator/tune.py "Waves"): with real Ray Tune, several `Tuner.fit` one after another on
 one `ReadyGate`, each handing out at most `wave` trials; every trial runs once, and a closed gate stops the loop."""
 import json
+import os
 import threading
 
 from orchestrator.tune import ReadyGate, run_trials
@@ -70,18 +71,57 @@ def test_waves_run_every_trial_once_and_stop_on_a_closed_gate(tmp_path):
 def test_tune_keeps_as_many_of_our_trials_pending_as_of_its_own_grid(monkeypatch):
     """Tune allows a custom search algorithm one pending trial (its trial starts serialised: half plain Tune's rate,
     benchmarks/RESULTS.md section 15); inside `run_trials`' context it allows ours what it allows its grid search, and
-    a value the user set stays theirs. Asked of Tune's own function, on our real searcher."""
+    saves its experiment state only at the start and end; values the user set stay theirs. Asked of Tune's own
+    functions, on our real searcher."""
     from ray.tune.execution.tune_controller import _get_max_pending_trials
     from ray.tune.search import SearchGenerator
 
-    from orchestrator.tune import GatedSearcher, _pending_trials_like_grid_search
+    from orchestrator.tune import GatedSearcher, _tune_settings_for_many_trials
 
     monkeypatch.delenv("TUNE_MAX_PENDING_TRIALS_PG", raising=False)
+    monkeypatch.delenv("TUNE_GLOBAL_CHECKPOINT_S", raising=False)
     ours = SearchGenerator(GatedSearcher(ReadyGate(_specs(3))))
     assert _get_max_pending_trials(ours) == 1   # Tune's default for a searcher: what this fixes
-    with _pending_trials_like_grid_search():
+    with _tune_settings_for_many_trials():
         assert _get_max_pending_trials(ours) >= 200
+        assert float(os.environ["TUNE_GLOBAL_CHECKPOINT_S"]) == float("inf")   # as Tune's controller reads it
     assert _get_max_pending_trials(ours) == 1   # nothing left behind in the environment
+    assert "TUNE_GLOBAL_CHECKPOINT_S" not in os.environ
     monkeypatch.setenv("TUNE_MAX_PENDING_TRIALS_PG", "7")
-    with _pending_trials_like_grid_search():
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "30")
+    with _tune_settings_for_many_trials():
         assert _get_max_pending_trials(ours) == 7
+        assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "30"
+
+
+def test_first_pending_scheduler_chooses_as_tunes_fifo_scheduler():
+    """FirstPendingScheduler skips the finished prefix of Tune's trial list instead of walking it on every step; it
+    must still choose exactly the trial Tune's FIFOScheduler would, through Tune's transitions: trials created in
+    order, started, finished (TERMINATED), given up on (ERROR), or put back to PENDING after a crash while RUNNING
+    (Tune's `_requeue_trial`), paused and resumed."""
+    import random
+    import types
+
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import FIFOScheduler
+
+    from orchestrator.tune import FirstPendingScheduler
+
+    rng = random.Random(0)
+    trials: list = []
+    controller = types.SimpleNamespace(get_trials=lambda: trials)
+    ours, tunes = FirstPendingScheduler(), FIFOScheduler()
+    moves = {Trial.PENDING: [Trial.RUNNING, Trial.PAUSED], Trial.PAUSED: [Trial.PENDING, Trial.RUNNING],
+             Trial.RUNNING: [Trial.TERMINATED, Trial.TERMINATED, Trial.ERROR, Trial.PENDING, Trial.PAUSED]}
+    chosen = set()
+    for step in range(3000):
+        if rng.random() < 0.3 and len(trials) < 400:
+            trials.append(types.SimpleNamespace(status=Trial.PENDING, n=len(trials)))
+        live = [t for t in trials if t.status in moves]
+        for t in rng.sample(live, min(len(live), rng.randint(0, 3))):
+            t.status = rng.choice(moves[t.status])
+        expected = tunes.choose_trial_to_run(controller)
+        assert ours.choose_trial_to_run(controller) is expected, f"step {step}"
+        chosen.add(None if expected is None else expected.status)
+    assert chosen == {None, Trial.PENDING, Trial.PAUSED}   # every kind of answer was compared
+    assert ours._finished_prefix > 100                      # and the finished prefix was skipped
