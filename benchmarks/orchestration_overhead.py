@@ -18,6 +18,10 @@ gallery gives). Both sides run the same Tune trainable, resources and Tuner sett
 Goals: ours <= 1.2x plain Tune's wall time; driver RSS growth <= 100 MB over our run. The console goes to /dev/null
 (rich still renders every line); `--trials N` runs the first N trials only.
 
+Each side runs in a fresh interpreter of its own (`--side plain|ours`, one local Ray each), after the same warm-up
+(50 plain Tune trials: Ray started, Tune imported, workers up). In one process, ours ran in the memory plain Tune had
+just freed (its ~290 MB of Trial objects) and its RSS growth read ~3x too low (benchmarks/RESULTS.md section 15).
+
     python benchmarks/orchestration_overhead.py [--trials 4270] [--num-cpus 4] [--wave 1000] [--profile out.prof]
 
 `--wave N` is `run_trials`' wave size (trials per `Tuner.fit`, orchestrator/tune.py "Waves"); `--wave 0` runs all
@@ -69,8 +73,11 @@ def noop_trainable(config, env):
                          faithful_renders=1.0, timings={"gallery_s": 0.0, "adapt_s": 0.0, "total_s": 0.0,
                                                         "per_query_ms": 0.0},
                          environment={"host": "noop"})
-    tune.report({"trial_ok": True, **{k: metrics[k] for k in ("R1", "R5", "R10", "MdR", "MnR")},
-                 "result_json": json.dumps(result.to_dict())})
+    if "spec" in config:   # ours reports as orchestrator/tune.py `trial_trainable` does: the result as one string
+        tune.report({"result_json": json.dumps(result.to_dict())})
+    else:                  # plain Tune as its users write it: the metrics, and the rest alongside
+        tune.report({"trial_ok": True, **{k: metrics[k] for k in ("R1", "R5", "R10", "MdR", "MnR")},
+                     "result_json": json.dumps(result.to_dict())})
 
 
 def make_grid(work: Path) -> Path:
@@ -228,6 +235,65 @@ def resubmit(grid_path: Path, results: Path) -> tuple[float, int]:
     return time.perf_counter() - t0, report.to_run
 
 
+def side(args) -> dict:
+    """One side of the comparison in this (fresh) process: warm up, then run it; returns its figures."""
+    from orchestrator import ray_env
+    from orchestrator.grid import TRIALS_PER_WAVE, load_grid
+    from orchestrator.plan import Paths, build_plan
+
+    work = Path(args.work)
+    grid_path = work / "overhead.yaml"
+    specs = build_plan(load_grid(grid_path), Paths.make(work / "scratch")).trials
+    specs = specs[:args.trials] if args.trials else specs
+    out: dict = {"trials": len(specs)}
+    ray_env.start_ray(None, args.num_cpus, dashboard=False)
+    rss = RSS()
+    try:
+        plain_tune(specs[:min(50, len(specs))], work / f"warm-{args.side}", 1)   # workers up, Tune imported
+        out["rss_base_mb"] = rss.now() / 2**20
+        r0 = rss.now()
+        rss.start()
+        if args.side == "plain":
+            out["seconds"] = plain_tune(specs, work / "plain", 1)
+            out["recorded"] = len(specs)
+        else:
+            prof = cProfile.Profile() if args.profile else None
+            if prof:
+                prof.enable()
+            marks: dict = {}
+            wave = TRIALS_PER_WAVE if args.wave is None else (args.wave or None)
+            out["seconds"], out["recorded"] = ours(grid_path, work / "results", args.trials, open(os.devnull, "w"),
+                                                   marks, wave)
+            if prof:
+                prof.disable()
+                prof.dump_stats(args.profile)
+            out.update({k: marks[k] for k in ("setup_s", "trials_s", "finish_s", "outputs_peak_mb")})
+            out["setup_growth_mb"] = (marks["setup_rss"] - r0) / 2**20
+        peak, end = rss.stop(), rss.now()
+        out["growth_peak_mb"], out["growth_end_mb"] = (peak - r0) / 2**20, (end - r0) / 2**20
+        step = max(1, len(rss.trace) // 12)
+        out["trace"] = [(round(t), round((r - r0) / 2**20)) for t, r in rss.trace[::step]]
+    finally:
+        ray_env.stop_ray()
+    return out
+
+
+def run_side(name: str, args, work: Path) -> dict:
+    """`side` in a child interpreter; its figures come back as the last line of its output."""
+    import subprocess
+
+    cmd = [sys.executable, __file__, "--side", name, "--work", str(work), "--num-cpus", str(args.num_cpus)]
+    for flag, value in (("--trials", args.trials), ("--wave", args.wave), ("--profile", args.profile)):
+        if value is not None:
+            cmd += [flag, str(value)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
+        raise SystemExit(f"the {name} side failed (exit {proc.returncode})")
+    return json.loads(lines[-1])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog="example: python benchmarks/orchestration_overhead.py --trials 500")
@@ -237,74 +303,49 @@ def main() -> int:
                     help="trials per Tuner.fit in run_trials (default: its default; 0: one Tuner for all)")
     ap.add_argument("--profile", default=None, help="cProfile our run into this file")
     ap.add_argument("--work", default=None, help="working folder (default: a temporary one, removed)")
+    ap.add_argument("--side", choices=("plain", "ours"), default=None,
+                    help="internal: run one side in this process and print its figures as JSON")
     args = ap.parse_args()
+    if args.side:
+        print(json.dumps(side(args)))
+        return 0
 
     import platform
-
-    from orchestrator import ray_env
-    from orchestrator.grid import load_grid
-    from orchestrator.plan import Paths, build_plan
 
     tmp = tempfile.TemporaryDirectory(prefix="mlvp-overhead-")
     work = Path(args.work or tmp.name)
     work.mkdir(parents=True, exist_ok=True)
     grid_path = make_grid(work)
-    specs = build_plan(load_grid(grid_path), Paths.make(work / "scratch")).trials
-    specs = specs[:args.trials] if args.trials else specs
-    n = len(specs)
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
-    print(f"{n} no-op trials; local Ray with {args.num_cpus} logical CPUs; {os.cpu_count()} cores ({cpu}); "
-          f"wave {args.wave if args.wave is not None else 'default'}; load average {os.getloadavg()[0]:.1f}")
-
-    ray_env.start_ray(None, args.num_cpus, dashboard=False)
-    rss = RSS()
-    try:
-        plain_tune(specs[:min(50, n)], work / "warm", 1)           # workers and Tune imported once for both
-        r0 = rss.now()
-        rss.start()
-        t_plain = plain_tune(specs, work / "plain", 1)
-        plain_peak, plain_end = rss.stop(), rss.now()
-        print(f"plain Tune: {t_plain:.1f} s ({n / t_plain:.1f} trials/s); driver RSS +{(plain_end - r0) / 2**20:.0f} "
-              f"MB at the end, peak +{(plain_peak - r0) / 2**20:.0f} MB")
-
-        results = work / "results"
-        r1 = rss.now()
-        rss.start()
-        prof = cProfile.Profile() if args.profile else None
-        if prof:
-            prof.enable()
-        marks: dict = {}
-        from orchestrator.grid import TRIALS_PER_WAVE
-
-        wave = TRIALS_PER_WAVE if args.wave is None else (args.wave or None)
-        t_ours, recorded = ours(grid_path, results, args.trials, open(os.devnull, "w"), marks, wave)
-        if prof:
-            prof.disable()
-            prof.dump_stats(args.profile)
-        ours_peak, ours_end = rss.stop(), rss.now()
-        print(f"ours:       {t_ours:.1f} s ({recorded} trials in the ledger and MLflow, tables written; setup "
-              f"{marks['setup_s']:.1f} s, Tune {marks['trials_s']:.1f} s, finish incl. the MLflow queue "
-              f"{marks['finish_s']:.1f} s); driver RSS +{(ours_end - r1) / 2**20:.0f} MB at the end, peak "
-              f"+{(ours_peak - r1) / 2**20:.0f} MB, of which setup (plan, MLflow imported and its store opened) "
-              f"+{(marks['setup_rss'] - r1) / 2**20:.0f} MB and the trials "
-              f"+{(ours_peak - marks['setup_rss']) / 2**20:.0f} MB")
-        # the tables and the report are written by a child process (orchestrator/outputs.py): its own peak, apart
-        # from the driver's
-        print(f"ours, tables and report in their child process: peak RSS {marks['outputs_peak_mb'] or 0:.0f} MB "
-              "(a process of its own, not the driver's)")
-        step = max(1, len(rss.trace) // 12)
-        print("ours, driver RSS over time (s: +MB): " + ", ".join(
-            f"{t:.0f}: +{(r - r1) / 2**20:.0f}" for t, r in rss.trace[::step]))
-    finally:
-        ray_env.stop_ray()
+    print(f"{args.trials or 'all'} no-op trials; a fresh process and local Ray with {args.num_cpus} logical CPUs per "
+          f"side; {os.cpu_count()} cores ({cpu}); wave {args.wave if args.wave is not None else 'default'}; load "
+          f"average {os.getloadavg()[0]:.1f}", flush=True)
+    plain = run_side("plain", args, work)
+    n, t_plain = plain["trials"], plain["seconds"]
+    print(f"plain Tune: {t_plain:.1f} s ({n / t_plain:.1f} trials/s); driver RSS +{plain['growth_end_mb']:.0f} MB at "
+          f"the end, peak +{plain['growth_peak_mb']:.0f} MB (after the warm-up, at {plain['rss_base_mb']:.0f} MB)",
+          flush=True)
+    mine = run_side("ours", args, work)
+    t_ours = mine["seconds"]
+    print(f"ours:       {t_ours:.1f} s ({mine['recorded']} trials in the ledger and MLflow, tables written; setup "
+          f"{mine['setup_s']:.1f} s, Tune {mine['trials_s']:.1f} s, finish incl. the MLflow queue "
+          f"{mine['finish_s']:.1f} s); driver RSS +{mine['growth_end_mb']:.0f} MB at the end, peak "
+          f"+{mine['growth_peak_mb']:.0f} MB (after the warm-up, at {mine['rss_base_mb']:.0f} MB), of which setup "
+          f"(plan, MLflow imported and its store opened) +{mine['setup_growth_mb']:.0f} MB and the trials "
+          f"+{mine['growth_peak_mb'] - mine['setup_growth_mb']:.0f} MB")
+    # the tables and the report are written by a child process (orchestrator/outputs.py): its own peak, apart
+    # from the driver's
+    print(f"ours, tables and report in their child process: peak RSS {mine['outputs_peak_mb'] or 0:.0f} MB "
+          "(a process of its own, not the driver's)")
+    print("ours, driver RSS over time (s: +MB): " + ", ".join(f"{t}: +{r}" for t, r in mine["trace"]))
     ratio = t_ours / t_plain
-    growth = (ours_peak - r1) / 2**20
+    growth = mine["growth_peak_mb"]
     print(f"wall time ratio ours / plain Tune: {ratio:.2f}x (goal <= 1.2x: {'met' if ratio <= 1.2 else 'NOT met'}); "
           f"driver RSS growth {growth:.0f} MB (goal <= 100 MB: {'met' if growth <= 100 else 'NOT met'}); "
           f"load average at the end {os.getloadavg()[0]:.1f}")
     if not args.trials:
-        t_re, to_run = resubmit(grid_path, results)
+        t_re, to_run = resubmit(grid_path, work / "results")
         print(f"re-submit with the ledger full: {t_re:.1f} s ({to_run} to run; MLflow checked, tables rebuilt)")
     tmp.cleanup()
     return 0
