@@ -3,9 +3,11 @@
 The 4,270 video query-shift trials of grids/full_mlvp.yaml (12 types x 5 severities + clean, 5 datasets, 7 methods,
 2 backbones), planned from stand-in annotation files (tests/conftest.py's layouts), each a **no-op** that returns at
 once with a result of a real trial's shape (its metrics, timings and a 1,000-entry k-occurrence list, as MSRVTT's
-gallery gives). Both sides run the same Tune trainable, resources and Tuner settings on one local Ray, in one process:
+gallery gives). Both sides run the same trainable body with the same resources on a local Ray of the same size, each
+in a fresh process of its own (below):
 
-- **plain Tune**: `tune.Tuner` over the same specs, nothing recorded;
+- **plain Tune**: `tune.Tuner` over the same specs as a Tune user writes it (a grid search, Tune's default scheduler
+  and console), nothing recorded;
 - **ours**: what `submit` does around the trials (orchestrator/submit.py `_run`, minus fine-tuning, check and
   rendering, which are real work and not overhead): load and plan the grid, read the ledger, start the MLflow parent
   run (sqlite under the results dir) and sync it, run the trials through orchestrator/tune.py `run_trials` with the
