@@ -252,8 +252,8 @@ def side(args) -> dict:
     rss = RSS()
     try:
         plain_tune(specs[:min(50, len(specs))], work / f"warm-{args.side}", 1)   # workers up, Tune imported
-        out["rss_base_mb"] = rss.now() / 2**20
         r0 = rss.now()
+        out["rss_base_mb"] = r0 / 2**20
         rss.start()
         if args.side == "plain":
             out["seconds"] = plain_tune(specs, work / "plain", 1)

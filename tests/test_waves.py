@@ -116,7 +116,7 @@ def test_first_pending_scheduler_chooses_as_tunes_fifo_scheduler():
     chosen = set()
     for step in range(3000):
         if rng.random() < 0.3 and len(trials) < 400:
-            trials.append(types.SimpleNamespace(status=Trial.PENDING, n=len(trials)))
+            trials.append(types.SimpleNamespace(status=Trial.PENDING))
         live = [t for t in trials if t.status in moves]
         for t in rng.sample(live, min(len(live), rng.randint(0, 3))):
             t.status = rng.choice(moves[t.status])
