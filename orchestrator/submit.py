@@ -176,7 +176,7 @@ def launch_models(plan: Plan, console: Console, cpus: int | None = None) -> dict
     refs: dict[str, Any] = {}
     most_cpus, gpus = producer_share(plan)
     # at most what one node holds beside one trial slot (producer_share): an X-Pool fine-tune starts when its
-    # clip4clip is done, possibly while Ray Tune waits on the gate with an idle trial actor cached
+    # clip4clip is done, possibly while Ray Tune holds a trial actor
     cpus = 1 if gpus else max(1, min(cpus or int(ray.available_resources().get("CPU", 1)), most_cpus))
     task = ray.remote(num_cpus=cpus, num_gpus=gpus)(_finetune_task)
     for (backbone, source), m in plan.models.items():  # plan order: clip4clip before the X-Pool starting from it
@@ -409,12 +409,12 @@ def render_actors(plan: Plan, actors: int | None = None) -> int:
 
 def producer_share(plan: Plan) -> tuple[int, float]:
     """(CPUs, GPUs) a task that makes trial inputs (a fine-tune, the per-video assets) may ask for while Ray Tune
-    runs: what the largest node holds less one trial slot. While the gate has no trial ready, Tune waits with one
-    idle trial actor cached (TuneController's actor cache, `may_keep_one`), holding its CPUs and GPU share; a task
-    asking for more than the rest never starts, and the gate never opens (a render stage test hung on exactly this,
-    an asset task asking for every CPU). GPUs: a whole GPU where the cluster has two or more (the idle actor holds a
-    share of one), else what one slot leaves of the single GPU, at least one slot's share. A single-slot cluster
-    runs its trials without actor reuse instead (`trial_slots`, submit)."""
+    runs: what the largest node holds less one trial slot, so it starts beside a trial actor Tune holds (running, or
+    cached: TuneController's actor cache, `may_keep_one`) instead of waiting until Tune's wave goes idle and gives
+    its actors back (orchestrator/tune.py GatedSearcher; before idle waves ended, a render stage test hung on an
+    asset task asking for every CPU). GPUs: a whole GPU where the cluster has two or more (a held actor has a share
+    of one), else what one slot leaves of the single GPU, at least one slot's share. A single-slot cluster runs its
+    trials without actor reuse instead (`trial_slots`, submit)."""
     from orchestrator import ray_env
 
     rt = plan.grid.runtime

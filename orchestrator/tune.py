@@ -19,7 +19,10 @@ Waves: Ray Tune keeps a `Trial` object per trial on the driver until `Tuner.fit`
 driver by ~66 KB a trial at 4,270 trials, benchmarks/RESULTS.md section 15). `run_trials` therefore runs several
 `Tuner.fit` one after another on the same gate, each handing out at most `wave` trials (its `GatedSearcher` says
 FINISHED once it has), so that state is freed between waves. The cost is a barrier at each wave's end: the next wave
-starts when the last trial of this one finishes, and its trial actors start afresh (measured in section 15).
+starts when the last trial of this one finishes, and its trial actors start afresh (measured in section 15). A wave
+also ends when it is idle (every trial it handed out finished, none ready for 2 s: `GatedSearcher`), so that while
+the trials wait for their inputs the producers have the whole cluster; `run_trials` waits on the gate, holding no
+trial actor, and starts the next wave when a trial is ready.
 """
 from __future__ import annotations
 
@@ -202,6 +205,7 @@ class ReadyGate:
 
     def __init__(self, specs: Iterable[TrialSpec], needs: Callable[[TrialSpec], Iterable[str]] | None = None):
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)   # a need met, a trial dropped, the gate closed
         self._specs: list[TrialSpec | None] = list(specs)
         self._missing: list[int] = []                      # per trial: needs not met yet
         self._waiting: dict[str, list[int]] = {}           # need -> trials waiting for it
@@ -238,6 +242,7 @@ class ReadyGate:
                 self._missing[i] -= 1
                 if self._missing[i] == 0:
                     heapq.heappush(self._heap, i)
+            self._changed.notify_all()
 
     def is_ready(self, need: str) -> bool:
         with self._lock:
@@ -251,6 +256,7 @@ class ReadyGate:
                 if spec is not None and spec.key in keys:
                     self._specs[i] = None
                     n += 1
+            self._changed.notify_all()
             return n
 
     def close(self, error: BaseException | None = None) -> None:
@@ -258,6 +264,7 @@ class ReadyGate:
             self.closed = True
             if error is not None and self.error is None:
                 self.error = error
+            self._changed.notify_all()
 
     def pop(self) -> TrialSpec | None | str:
         """The next trial to start, None when none is ready yet, Searcher.FINISHED when none is left."""
@@ -273,8 +280,19 @@ class ReadyGate:
                     if self.first_ready is None:
                         self.first_ready = time.time()
                     return spec
-            left = sum(1 for i, s in enumerate(self._specs) if s is not None and self._missing[i] > 0)
-            return Searcher.FINISHED if left == 0 else None
+            return Searcher.FINISHED if self._left() == 0 else None
+
+    def wait(self, timeout: float) -> bool:
+        """Block until `pop` would not say "not yet" (a trial is ready, the gate closed, or none is left), at most
+        `timeout` seconds; True if so."""
+        with self._changed:
+            return self._changed.wait_for(self._decided, timeout)
+
+    def _decided(self) -> bool:
+        return self.closed or any(self._specs[i] is not None for i in self._heap) or self._left() == 0
+
+    def _left(self) -> int:
+        return sum(1 for i, s in enumerate(self._specs) if s is not None and self._missing[i] > 0)
 
     def remaining(self) -> int:
         """Trials still to hand out (ready or waiting), dropped ones not counted."""
@@ -289,13 +307,24 @@ class ReadyGate:
 
 class GatedSearcher(Searcher):
     """Tune search algorithm over a fixed list of trials: suggests each trial once, when its `ReadyGate` lets it; with
-    a `quota`, at most that many (one wave of `run_trials`), then FINISHED."""
+    a `quota`, at most that many (one wave of `run_trials`), then FINISHED.
 
-    def __init__(self, gate: ReadyGate, quota: int | None = None):
+    An idle wave ends: once every trial it handed out has finished and none is ready for `idle_s` seconds, it says
+    FINISHED (`ended_idle`) and `run_trials` waits on the gate itself. Tune, with no trial left to run, blocks for up
+    to 600 s asking for the next one without stepping its actor manager (ray/tune/execution/tune_controller.py
+    `_update_trial_queue`), so the trial actor it caches and the one it is stopping keep their CPUs and GPU shares;
+    a producer needing them (a render actor on a small cluster, a fine-tune) could not start, its input never came,
+    and the run stalled for the whole 600 s (tests/test_waves.py reproduces it)."""
+
+    def __init__(self, gate: ReadyGate, quota: int | None = None, idle_s: float = 2.0):
         super().__init__()
         self.gate = gate
         self.quota = quota
         self.handed = 0
+        self.idle_s = idle_s
+        self.ended_idle = False
+        self._live: set[str] = set()          # trials handed out and not finished (Tune's trial ids)
+        self._idle_since: float | None = None
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return True
@@ -304,13 +333,24 @@ class GatedSearcher(Searcher):
         if self.quota is not None and self.handed >= self.quota:
             return Searcher.FINISHED
         spec = self.gate.pop()
-        if spec is None or spec == Searcher.FINISHED:
+        if spec is None:
+            if self._live:
+                self._idle_since = None
+            elif self._idle_since is None:
+                self._idle_since = time.monotonic()
+            elif time.monotonic() - self._idle_since >= self.idle_s:
+                self.ended_idle = True
+                return Searcher.FINISHED
+            return None
+        if spec == Searcher.FINISHED:
             return spec
         self.handed += 1
+        self._live.add(trial_id)
+        self._idle_since = None
         return {"spec": spec.to_dict()}
 
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
-        return None
+        self._live.discard(trial_id)
 
     def save(self, checkpoint_path: str) -> None:
         # the ledger is our resume record (README "Nothing is lost on a crash"), not Tune's experiment state
@@ -398,7 +438,8 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
                wave: int | None = TRIALS_PER_WAVE) -> TrialsRun:
     """Run the trials on the connected Ray cluster, in waves of at most `wave` trials (None: one wave), each a
     `Tuner.fit` named `name`, then `name-w2`, ... under `storage_path`. With a `gate`, trials start as their inputs
-    become ready (GatedSearcher); without one, all of them are ready. Stops when no trial is left or the gate is
+    become ready (GatedSearcher; a wave with nothing left to run and nothing ready ends, and the next starts when a
+    trial is ready); without one, all of them are ready. Stops when no trial is left or the gate is
     closed; a KeyboardInterrupt propagates. `trainable` replaces `trial_trainable` (benchmarks/cluster_sim.py runs
     the same hand-off with trials that sleep their cost)."""
     from dataclasses import asdict
@@ -425,6 +466,8 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
             left = gate.remaining()
             if left == 0:
                 break
+            if not gate.wait(timeout=1.0):   # none ready yet: wait here, holding no trial actor (GatedSearcher)
+                continue
             quota = left if wave is None else min(wave, left)
             searcher = GatedSearcher(gate, quota)
             waves += 1
@@ -442,7 +485,7 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
             trials += searcher.handed
             del tuner   # with the ResultGrid, it holds this wave's Trial objects: the state the waves free
             gc.collect()
-            if searcher.handed < quota:   # the gate said FINISHED (closed, or nothing left)
+            if searcher.handed < quota and not searcher.ended_idle:   # the gate said FINISHED (closed, none left)
                 break
     finally:
         analysis_log.setLevel(level)

@@ -125,3 +125,47 @@ def test_first_pending_scheduler_chooses_as_tunes_fifo_scheduler():
         chosen.add(None if expected is None else expected.status)
     assert chosen == {None, Trial.PENDING, Trial.PAUSED}   # every kind of answer was compared
     assert ours._finished_prefix > 100                      # and the finished prefix was skipped
+
+
+def test_an_idle_wave_gives_its_actors_back_to_the_producers(tmp_path):
+    """With no trial running and none ready, Tune blocks up to 600 s asking the searcher for the next one without
+    stepping its actor manager (ray/tune/execution/tune_controller.py `_update_trial_queue`): its cached trial actor
+    and the one it is stopping keep their CPUs. A producer (a render actor) that needs one of those CPUs then never
+    starts, its input never comes, and the run stalled for 10 minutes (tests/test_check.py did, 2 runs in 6 on CI).
+    Here two trials fill a 2-CPU cluster; the third waits for an input made by a 1-CPU task started once both are
+    done. The idle wave must end and free its actors, the task run, and a next wave run the third trial."""
+    import ray
+
+    from orchestrator import ray_env
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    specs = _specs(3)
+    gate = ReadyGate(specs, lambda t: ["made"] if t.seed == 2 else [])
+    results: list[int] = []
+
+    @ray.remote(num_cpus=1)
+    def producer():
+        return "made"
+
+    def make_input():   # as the render stream does: a CPU task, then `ready`
+        gate.ready(ray.get(producer.remote()))
+
+    def on_result(r):
+        results.append(r["seed"])
+        if len(results) == 2:
+            threading.Thread(target=make_input, daemon=True).start()
+
+    ray_env.start_ray(None, 2, dashboard=False)
+    # the stall would be 600 s: give up long before, and say so
+    watchdog = threading.Timer(90, gate.close, args=(TimeoutError("stalled: the producer never got a CPU"),))
+    watchdog.start()
+    try:
+        run = run_trials(specs, None, storage_path=str(tmp_path / "tune"), name="idle", gate=gate,
+                         cpus_per_trial=1, gpus_per_trial=0, max_failures=0, max_concurrent=None,
+                         on_result=on_result, on_crash=lambda *a: None, trainable=_trainable(str(runs)), wave=None)
+        assert gate.error is None, gate.error
+        assert sorted(results) == [0, 1, 2] and run.trials == 3 and run.waves == 2
+    finally:
+        watchdog.cancel()
+        ray.shutdown()
