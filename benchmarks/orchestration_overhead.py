@@ -9,11 +9,11 @@ in a fresh process of its own (below):
 - **plain Tune**: `tune.Tuner` over the same specs as a Tune user writes it (a grid search, Tune's default scheduler
   and console), nothing recorded;
 - **ours**: what `submit` does around the trials (orchestrator/submit.py `_run`, minus fine-tuning, check and
-  rendering, which are real work and not overhead): load and plan the grid, read the ledger, start the MLflow parent
-  run (sqlite under the results dir) and sync it, run the trials through orchestrator/tune.py `run_trials` with the
-  driver's `LiveRecorder` (ledger write, MLflow child run with its artifact, console line, progress bar), then
-  `finish` (tables and report from the ledger, written by a child process as `submit` does: orchestrator/outputs.py;
-  the parent run closed with them);
+  rendering, which are real work and not overhead): load and plan the grid, read the ledger, start the tracking
+  process (orchestrator/tracking.py TrackerProcess: MLflow, sqlite under the results dir), the parent run and sync,
+  run the trials through orchestrator/tune.py `run_trials` with the driver's `LiveRecorder` (ledger write, MLflow
+  child run with its artifact, console line, progress bar), then `finish` (tables and report from the ledger,
+  written by a child process as `submit` does: orchestrator/outputs.py; the parent run closed with them);
 - **re-submit**: `submit()` itself on the same grid with the ledger full: nothing to run, no Ray, MLflow checked for
   every trial and the tables rebuilt.
 
@@ -108,12 +108,13 @@ def make_grid(work: Path) -> Path:
 
 
 class RSS:
-    """The driver's resident memory: now, and the peak sampled every 50 ms between start() and stop()."""
+    """A process's resident memory (the driver's by default): now, and the peak sampled every 50 ms between start()
+    and stop()."""
 
-    def __init__(self):
+    def __init__(self, pid: int | None = None):
         import psutil
 
-        self.proc = psutil.Process()
+        self.proc = psutil.Process(pid)
         self.peak = 0
         self.trace: list[tuple[float, int]] = []   # (seconds since start, RSS), one a second
         self._stop = threading.Event()
@@ -127,7 +128,10 @@ class RSS:
 
         def loop():
             while not self._stop.wait(0.05):
-                rss = self.now()
+                try:
+                    rss = self.now()
+                except Exception:   # the process has ended
+                    return
                 self.peak = max(self.peak, rss)
                 t = time.perf_counter() - t0
                 if not self.trace or t - self.trace[-1][0] >= 1.0:
@@ -139,7 +143,10 @@ class RSS:
     def stop(self) -> int:
         self._stop.set()
         self._thread.join()
-        return max(self.peak, self.now())
+        try:
+            return max(self.peak, self.now())
+        except Exception:   # the process has ended
+            return self.peak
 
 
 def plain_tune(specs, storage: Path, cpus: float) -> float:
@@ -178,7 +185,7 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     from orchestrator.plan import Paths, build_plan, missing_videos
     from orchestrator.submit import (LiveRecorder, SubmitReport, _submission_id, finish, print_plan, select_trials,
                                      start_parent, sync_store)
-    from orchestrator.tracking import Tracker, check_store, default_tracking_uri
+    from orchestrator.tracking import TrackerProcess, check_store, default_tracking_uri
 
     t0 = time.perf_counter()
     console = Console(file=devnull, highlight=False, soft_wrap=True)
@@ -193,7 +200,8 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     report = SubmitReport(plan, len(todo), 0)
     report.tracking_uri = default_tracking_uri(paths.results)
     check_store(report.tracking_uri)
-    tracker = Tracker(report.tracking_uri, paths.results)
+    tracker = TrackerProcess(report.tracking_uri, paths.results)   # as submit: MLflow in a process of its own
+    tracker_rss = RSS(tracker.pid).start()
     submission = _submission_id()
     parent = report.parent_run_id = start_parent(tracker, plan, report, submission)
     sync_store(tracker, plan, ledger, lambda: parent, console)
@@ -220,6 +228,8 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     t_finish = time.perf_counter()
     rendered = types.SimpleNamespace(failed=0)   # the render stage's summary (nothing rendered here)
     finish(plan, grid, ledger, report, console, t0, rendered, recorder.counts, "FINISHED", submission, tracker)
+    tracker.close()
+    marks["tracker_peak_mb"] = tracker_rss.stop() / 2**20
     marks["outputs_peak_mb"] = report.outputs.peak_rss_mb
     marks["finish_s"] = time.perf_counter() - t_finish
     return time.perf_counter() - t0, recorder.counts["ok"]
@@ -269,8 +279,10 @@ def side(args) -> dict:
             if prof:
                 prof.disable()
                 prof.dump_stats(args.profile)
-            out.update({k: marks[k] for k in ("setup_s", "trials_s", "finish_s", "outputs_peak_mb")})
+            out.update({k: marks[k] for k in ("setup_s", "trials_s", "finish_s", "outputs_peak_mb",
+                                              "tracker_peak_mb")})
             out["setup_growth_mb"] = (marks["setup_rss"] - r0) / 2**20
+            out["driver_imported_mlflow"] = "mlflow" in sys.modules   # it belongs to the tracking process
         peak, end = rss.stop(), rss.now()
         out["growth_peak_mb"], out["growth_end_mb"] = (peak - r0) / 2**20, (end - r0) / 2**20
         step = max(1, len(rss.trace) // 12)
@@ -334,12 +346,14 @@ def main() -> int:
           f"{mine['setup_s']:.1f} s, Tune {mine['trials_s']:.1f} s, finish incl. the MLflow queue "
           f"{mine['finish_s']:.1f} s); driver RSS +{mine['growth_end_mb']:.0f} MB at the end, peak "
           f"+{mine['growth_peak_mb']:.0f} MB (after the warm-up, at {mine['rss_base_mb']:.0f} MB), of which setup "
-          f"(plan, MLflow imported and its store opened) +{mine['setup_growth_mb']:.0f} MB and the trials "
+          f"(plan, ledger, the tracking process started) +{mine['setup_growth_mb']:.0f} MB and the trials "
           f"+{mine['growth_peak_mb'] - mine['setup_growth_mb']:.0f} MB")
-    # the tables and the report are written by a child process (orchestrator/outputs.py): its own peak, apart
-    # from the driver's
-    print(f"ours, tables and report in their child process: peak RSS {mine['outputs_peak_mb'] or 0:.0f} MB "
-          "(a process of its own, not the driver's)")
+    # MLflow (orchestrator/tracking.py TrackerProcess), the tables and the report (orchestrator/outputs.py) run in
+    # processes of their own: their peaks, apart from the driver's
+    print(f"ours, MLflow in its tracking process (imported by the driver: {mine['driver_imported_mlflow']}): peak "
+          f"RSS {mine['tracker_peak_mb']:.0f} MB; tables and report in "
+          f"their child process: peak RSS {mine['outputs_peak_mb'] or 0:.0f} MB (processes of their own, not the "
+          "driver's)")
     print("ours, driver RSS over time (s: +MB): " + ", ".join(f"{t}: +{r}" for t, r in mine["trace"]))
     ratio = t_ours / t_plain
     growth = mine["growth_peak_mb"]

@@ -42,7 +42,7 @@ from orchestrator.grid import GridSpec, load_grid
 from orchestrator.ledger import TrialLedger
 from orchestrator.plan import Paths, Plan, build_plan, missing_videos, plan_for_sizing
 from orchestrator.outputs import write_outputs_apart
-from orchestrator.tracking import Tracker, check_store, default_tracking_uri, store_key
+from orchestrator.tracking import Tracker, TrackerProcess, check_store, default_tracking_uri, error_name, store_key
 from workloads.spec import CLEAN, TrialSpec
 
 
@@ -258,15 +258,20 @@ def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
 
     from orchestrator import ray_env
 
-    info = ray_env.start_ray(opts.address, opts.num_cpus, opts.dashboard)
-    if info.get("dashboard_url"):
-        console.print(f"Ray dashboard: {info['dashboard_url']}  ({ray_env.auth_token_hint()})")
+    # MLflow in a process of its own (TrackerProcess), started first: it imports while Ray starts
+    tracker = TrackerProcess(report.tracking_uri, paths.results)
     try:
-        ray_env.check_resources(grid.runtime.gpus_per_trial, grid.runtime.cpus_per_trial)
-        return _run(plan, grid, todo, ledger, report, console, t_start, opts)
+        info = ray_env.start_ray(opts.address, opts.num_cpus, opts.dashboard)
+        if info.get("dashboard_url"):
+            console.print(f"Ray dashboard: {info['dashboard_url']}  ({ray_env.auth_token_hint()})")
+        try:
+            ray_env.check_resources(grid.runtime.gpus_per_trial, grid.runtime.cpus_per_trial)
+            return _run(plan, grid, todo, ledger, report, console, t_start, opts, tracker)
+        finally:
+            if opts.address is None:
+                ray_env.stop_ray()
     finally:
-        if opts.address is None:
-            ray_env.stop_ray()
+        tracker.close()
 
 
 def check_hub_k(plan: Plan) -> None:
@@ -300,7 +305,7 @@ def _submission_id() -> str:
 
 
 def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: SubmitReport, console: Console,
-         t_start: float, opts: SubmitOptions | None = None) -> SubmitReport:
+         t_start: float, opts: SubmitOptions | None = None, tracker=None) -> SubmitReport:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from orchestrator.check import trial_environment
@@ -311,7 +316,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     paths = plan.paths
     rt = grid.runtime
     checkpoints = checkpoint_paths(plan)
-    tracker = Tracker(report.tracking_uri, paths.results)
+    tracker = tracker or TrackerProcess(report.tracking_uri, paths.results)
     submission = _submission_id()
     parent = report.parent_run_id = start_parent(tracker, plan, report, submission)
     console.print(f"MLflow: parent run {parent} in {report.tracking_uri}  "
@@ -690,8 +695,8 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
                 "render_failed": summary.failed if summary is not None else 0},
                 report.tables, status if counts["failed"] == 0 or status == "KILLED" else "FAILED")
     except Exception as err:  # the ledger and tables are safe; the next submit or `sync` updates the store
-        console.print(f"[yellow]MLflow store {report.tracking_uri} not updated ({type(err).__name__}: "
-                      f"{str(err).splitlines()[0] if str(err) else ''}); results are in the ledger: "
+        console.print(f"[yellow]MLflow store {report.tracking_uri} not updated ({error_name(err)}: "
+                      f"{_first_line(err)}); results are in the ledger: "
                       f"python -m orchestrator sync {grid.source} brings the store up to date[/]")
     report.seconds = time.time() - t_start
     console.print(f"done in {report.seconds:.0f}s: {counts['ok']} trials ok, {counts['failed']} failed now; "
@@ -699,6 +704,11 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
     for f in report.tables:
         console.print(f"  {f}")
     return report
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(getattr(err, "message", err))   # a TrackingError's message, without its type name
+    return text.splitlines()[0] if text else ""
 
 
 class LiveRecorder:
@@ -745,7 +755,7 @@ class LiveRecorder:
         """Tracking trouble must not lose the result: the ledger has it."""
         self.tracking = False
         self.progress.console.print(
-            f"[yellow]MLflow store {self.tracker.uri} stopped answering ({type(err).__name__}); results "
+            f"[yellow]MLflow store {self.tracker.uri} stopped answering ({error_name(err)}); results "
             f"stay in the ledger and the next submit (or `python -m orchestrator sync`) logs them[/]")
 
     def crash(self, spec: dict[str, Any], message: str) -> None:

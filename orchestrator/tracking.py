@@ -1,7 +1,8 @@
 """MLflow tracking: one parent run per submission, one child run per trial (tag `mlflow.parentRunId`).
 
-Only the driver logs (one writer: sqlite stays free of "database is locked"). Runs are addressed by id through
-`MlflowClient`, never through the fluent active-run state, so logging from a Tune callback is safe.
+Only the driver logs (one writer: sqlite stays free of "database is locked"); `submit` does it through a process of
+its own (TrackerProcess), so MLflow adds nothing to the memory of the driver that runs Ray Tune. Runs are addressed by
+id through `MlflowClient`, never through the fluent active-run state.
 
 The ledger is the record; MLflow is a view of it. Each ledger entry lists the run it has in each store
 (`mlflow_runs: {store uri: run id}`), and `sync` logs every entry a store lacks — checked against the store itself
@@ -75,7 +76,79 @@ def store_key(tracking_uri: str) -> str:
     return tracking_uri.rstrip("/")
 
 
-class Tracker:
+class TrackingError(RuntimeError):
+    """An error raised in the tracking process (TrackerProcess), carried back as its type name and message: MLflow's
+    own exceptions do not all survive pickling."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(f"{kind}: {message}" if message else kind)
+        self.kind, self.message = kind, message
+
+    def __reduce__(self):
+        return TrackingError, (self.kind, self.message)
+
+
+def error_name(err: BaseException) -> str:
+    """The type name to show for a tracking error, the original one for an error of the tracking process."""
+    return getattr(err, "kind", None) or type(err).__name__
+
+
+class _TrialLogging:
+    """What the driver does with a store, the same whether MLflow runs in this process (Tracker) or in its own
+    (TrackerProcess): trials logged on a background thread, `flush`, `close`, `sync`. Subclasses give `uri`,
+    `trial_runs`, `log_trial` and `log_trials`."""
+
+    uri: str
+    _writer: TrialLogWriter | None = None
+
+    def log_trial_later(self, parent_id: str, grid_name: str, entry: dict[str, Any],
+                        on_logged: Callable[[str], None], on_error: Callable[[Exception], None]) -> None:
+        """`log_trial` on this tracker's background thread (in order); `on_logged(run id)` after each, `on_error`
+        once if the store fails (the rest are then dropped: the ledger has them and `sync` logs them later)."""
+        if self._writer is None:
+            self._writer = TrialLogWriter(self)
+        self._writer.put((parent_id, grid_name, entry, on_logged, on_error))
+
+    def flush(self) -> None:
+        """Wait until every trial handed to `log_trial_later` is logged (or dropped after a store failure)."""
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        """End the background logging thread after what is queued (without waiting for it): a process that submits
+        many grids (the tests, a notebook) would otherwise keep one idle thread per submission."""
+        if self._writer is not None:
+            self._writer.stop()
+            self._writer = None
+
+    def sync(self, grid_name: str, entries: list[dict[str, Any]], parent: Callable[[], str],
+             record: Callable[[str, str], None],
+             whole: Callable[[str], dict[str, Any] | None] | None = None, chunk: int = 200) -> int:
+        """Log every ledger entry this store lacks (by trial key and status) as a child run of `parent()` (called
+        only when something is logged), and `record(trial key, run id)` for every entry whose run in this store the
+        ledger did not know yet. Returns the number of runs created. `whole(key)` reads an entry back with its
+        per-query lists when `entries` were read without them (`TrialLedger.entries(lists=False)`). The missing ones
+        are logged `chunk` at a time (`log_trials`: one transaction each on a SQL store), each recorded as its chunk
+        commits."""
+        have = self.trial_runs(grid_name)
+        store, created, parent_id = store_key(self.uri), 0, None
+        missing: list[dict[str, Any]] = []
+        for e in entries:
+            rid = have.get((e["key"], e["status"]))
+            if rid is None:
+                missing.append(e)
+            elif (e.get("mlflow_runs") or {}).get(store) != rid:
+                record(e["key"], rid)
+        for i in range(0, len(missing), chunk):
+            parent_id = parent_id or parent()
+            part = [(whole(e["key"]) if whole else None) or e for e in missing[i:i + chunk]]
+            for e, rid in zip(part, self.log_trials(parent_id, grid_name, part)):
+                created += 1
+                record(e["key"], rid)
+        return created
+
+
+class Tracker(_TrialLogging):
     def __init__(self, tracking_uri: str, results_dir: str | os.PathLike):
         import mlflow
         from mlflow.tracking import MlflowClient
@@ -88,14 +161,6 @@ class Tracker:
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self._experiments: dict[str, str] = {}      # grid name -> experiment id (looked up once, not per trial)
         self._writer: TrialLogWriter | None = None
-
-    def log_trial_later(self, parent_id: str, grid_name: str, entry: dict[str, Any],
-                        on_logged: Callable[[str], None], on_error: Callable[[Exception], None]) -> None:
-        """`log_trial` on this tracker's background thread (in order); `on_logged(run id)` after each, `on_error`
-        once if the store fails (the rest are then dropped: the ledger has them and `sync` logs them later)."""
-        if self._writer is None:
-            self._writer = TrialLogWriter(self)
-        self._writer.put((parent_id, grid_name, entry, on_logged, on_error))
 
     def log_trials(self, parent_id: str, grid_name: str, entries: list[dict[str, Any]]) -> list[str]:
         """`log_trial` for many entries: in one database transaction on a sqlite / SQL store (the runs, tags, params
@@ -116,18 +181,6 @@ class Tracker:
         batch.commit(store, exp_id, self.client.get_experiment(exp_id).artifact_location)
         return rids
 
-    def flush(self) -> None:
-        """Wait until every trial handed to `log_trial_later` is logged (or dropped after a store failure)."""
-        if self._writer is not None:
-            self._writer.flush()
-
-    def close(self) -> None:
-        """End the background logging thread after what is queued (without waiting for it): a process that submits
-        many grids (the tests, a notebook) would otherwise keep one idle thread per submission."""
-        if self._writer is not None:
-            self._writer.stop()
-            self._writer = None
-
     def experiment(self, grid_name: str) -> str:
         if grid_name in self._experiments:
             return self._experiments[grid_name]
@@ -147,14 +200,16 @@ class Tracker:
             artifact_location = (self.results_dir / "mlartifacts" / grid_name).as_uri()
         return self.client.create_experiment(name, artifact_location=artifact_location, tags={KIND_TAG: KIND})
 
-    def start_parent(self, grid, grid_text: str, summary: dict[str, Any]) -> str:
+    def start_parent(self, grid, grid_text: str, summary: dict[str, Any], pid: int | None = None) -> str:
+        """The submission's parent run, tagged with the host and the driver's `pid` (this process by default):
+        `close_stale_parents` closes it once that process is gone. `grid` needs `name` and `source`."""
         import platform
 
         exp = self.experiment(grid.name)
         run = self.client.create_run(exp, run_name=f"{grid.name} submission",
                                      tags={"mlvp.kind": "submission", "mlvp.grid": grid.name,
                                            "mlvp.grid_file": grid.source, "mlvp.host": platform.node(),
-                                           "mlvp.pid": str(os.getpid())})
+                                           "mlvp.pid": str(pid or os.getpid())})
         rid = run.info.run_id
         params = {k: v for k, v in summary.items() if isinstance(v, (str, int, float, bool))}
         self._log_batch(rid, params=params)
@@ -242,25 +297,6 @@ class Tracker:
             if not token:
                 return out
 
-    def sync(self, grid_name: str, entries: list[dict[str, Any]], parent: Callable[[], str],
-             record: Callable[[str, str], None],
-             whole: Callable[[str], dict[str, Any] | None] | None = None) -> int:
-        """Log every ledger entry this store lacks (by trial key and status) as a child run of `parent()` (called
-        only when something is logged), and `record(trial key, run id)` for every entry whose run in this store the
-        ledger did not know yet. Returns the number of runs created. `whole(key)` reads an entry back with its
-        per-query lists when `entries` were read without them (`TrialLedger.entries(lists=False)`)."""
-        have = self.trial_runs(grid_name)
-        store, created, parent_id = store_key(self.uri), 0, None
-        for e in entries:
-            rid = have.get((e["key"], e["status"]))
-            if rid is None:
-                parent_id = parent_id or parent()
-                rid = self.log_trial(parent_id, grid_name, (whole(e["key"]) if whole else None) or e)
-                created += 1
-            if (e.get("mlflow_runs") or {}).get(store) != rid:
-                record(e["key"], rid)
-        return created
-
     def finish_parent(self, parent_id: str, metrics: dict[str, float], files: list[Path], status: str) -> None:
         self._log_batch(parent_id, metrics=metrics)
         self.log_outputs(parent_id, files)
@@ -328,12 +364,107 @@ class Tracker:
             self.client.log_artifacts(run_id, d)
 
 
+class TrackerProcess(_TrialLogging):
+    """A `Tracker` in a process of its own, for `submit`'s driver (the long-lived process that runs Ray Tune): MLflow
+    (its import, ~90 MB, and its SQLAlchemy store) stays out of the driver's memory, whose growth at thousands of
+    trials is Ray Tune's (benchmarks/RESULTS.md section 15), and the store's writes take no GIL time from Tune's loop.
+
+    The process is started at once (spawn: a fresh interpreter, MLflow imported while Ray starts) and serves one call
+    at a time, in order; each call blocks until it answers, and an error comes back as TrackingError (the original
+    type name in `kind`). It ignores SIGINT, so a submission stopped with Ctrl-C still closes its parent run as
+    KILLED, and ends with the driver: when `close` is called, or when the driver dies (its call pipe closes)."""
+
+    def __init__(self, tracking_uri: str, results_dir: str | os.PathLike):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.uri = tracking_uri
+        self.results_dir = Path(results_dir).resolve()
+        self._writer = None
+        self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_serve_tracker, initargs=(tracking_uri, str(self.results_dir)))
+        self._pid = self._pool.submit(os.getpid)   # starts the process now
+
+    @property
+    def pid(self) -> int:
+        """The tracking process's pid."""
+        return self._pid.result()
+
+    def _call(self, name: str, *args):
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return self._pool.submit(_call_tracker, name, args).result()
+        except BrokenProcessPool as err:
+            raise TrackingError("BrokenProcessPool", f"the tracking process ended ({err})") from None
+        except RuntimeError as err:
+            if "after shutdown" in str(err):   # closed: the caller asked after `close`
+                raise TrackingError("TrackerClosed", "the tracking process was closed") from None
+            raise
+
+    def start_parent(self, grid, grid_text: str, summary: dict[str, Any], pid: int | None = None) -> str:
+        import types
+
+        return self._call("start_parent", types.SimpleNamespace(name=grid.name, source=grid.source), grid_text,
+                          summary, pid or os.getpid())
+
+    def close_stale_parents(self, grid_name: str) -> list[str]:
+        return self._call("close_stale_parents", grid_name)
+
+    def log_trial(self, parent_id: str, grid_name: str, entry: dict[str, Any]) -> str:
+        return self._call("log_trial", parent_id, grid_name, entry)
+
+    def log_trials(self, parent_id: str, grid_name: str, entries: list[dict[str, Any]]) -> list[str]:
+        return self._call("log_trials", parent_id, grid_name, entries)
+
+    def trial_runs(self, grid_name: str) -> dict[tuple[str, str], str]:
+        return self._call("trial_runs", grid_name)
+
+    def finish_parent(self, parent_id: str, metrics: dict[str, float], files: list[Path], status: str) -> None:
+        self._call("finish_parent", parent_id, metrics, [Path(f) for f in files], status)
+
+    def latest_parent(self, grid_name: str) -> str | None:
+        return self._call("latest_parent", grid_name)
+
+    def close(self) -> None:
+        """After what is queued is logged (bounded: a dead store fails each call within ~30 s and the writer then
+        drops the rest), the process ends."""
+        writer = self._writer
+        super().close()
+        if writer is not None:
+            writer.thread.join(timeout=60)
+        self._pool.shutdown(wait=False)
+
+
+# the tracking process's side of TrackerProcess
+_SERVED: dict[str, Any] = {}
+
+
+def _serve_tracker(tracking_uri: str, results_dir: str) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's to handle: it closes the parent run
+    try:
+        _SERVED["tracker"] = Tracker(tracking_uri, results_dir)
+    except Exception as err:   # said by the first call, not as a broken pool
+        _SERVED["error"] = TrackingError(type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+
+
+def _call_tracker(name: str, args: tuple):
+    if "error" in _SERVED:
+        raise _SERVED["error"]
+    try:
+        return getattr(_SERVED["tracker"], name)(*args)
+    except Exception as err:
+        raise TrackingError(type(err).__name__, str(err)) from None
+
+
 class TrialLogWriter:
     """One background thread that logs trial runs in order, so the driver's Tune callback returns after the ledger
     write (the record) instead of after ~5 MLflow round trips per trial (benchmarks/orchestration_overhead.py);
     `flush()` waits for the queue. After a store failure the rest are dropped: the ledger has them."""
 
-    def __init__(self, tracker: Tracker):
+    def __init__(self, tracker: _TrialLogging):
         self.tracker = tracker
         self.queue: queue.Queue = queue.Queue()
         self.failed: Exception | None = None

@@ -85,7 +85,7 @@ def trial_trainable(config: dict[str, Any], env: dict[str, Any]) -> None:
     where = {"ray_node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
     # the result as one string and no numeric metric: Tune keeps running statistics (six values and two deques) of
     # every number a trial reports, on the driver until its `Tuner.fit` ends, ~3 KB per metric and trial; nothing
-    # here reads them (TrialRecorder hands the result to the ledger)
+    # here reads them (RecordingScheduler hands the result to the ledger)
     tune.report({"result_json": json.dumps({**result.to_dict(), **where})})
 
 
@@ -108,35 +108,17 @@ def _short_name(trial) -> str:
     return f"{spec.backbone}_{spec.method_label}_{spec.direction}_{spec.cell}_{spec.key[:8]}"
 
 
-class TrialRecorder(tune.Callback):
-    """Driver side Tune callback: hands every finished trial's result to `on_result` exactly once, and a trial
-    whose worker crashed (after Tune's retries) to `on_crash`. Module-level so Tune pickles it by reference."""
-
-    def __init__(self, on_result: Callable[[dict[str, Any]], None], on_crash: Callable[[dict[str, Any], str], None]):
-        self.seen: set[str] = set()
-        self.on_result, self.on_crash = on_result, on_crash
-
-    def __getstate__(self):
-        # Tune pickles callbacks into tuner.pkl for Tuner.restore; ours hold the driver's ledger, tracker and
-        # console, which only mean something in this process. A restored copy records nothing.
-        return {"seen": set(self.seen)}
-
-    def __setstate__(self, state):
-        self.seen = state["seen"]
-        self.on_result = self.on_crash = _ignore
-
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        if "result_json" in result and trial.trial_id not in self.seen:
-            self.seen.add(trial.trial_id)
-            # popped: Tune keeps each trial's last result on the driver (~70 KB a trial at 4,270 trials with it,
-            # benchmarks/orchestration_overhead.py); the ledger is its record
-            self.on_result(json.loads(result.pop("result_json")))
-
-    def on_trial_error(self, iteration, trials, trial, **info):
-        if trial.trial_id in self.seen:
-            return
-        self.seen.add(trial.trial_id)
-        self.on_crash(trial.config["spec"], trial_error_message(trial))
+def forget_results(trial) -> None:
+    """What Tune keeps of a finished trial's results on the driver until its `Tuner.fit` ends, dropped: its last
+    result (Tune's own fields and a copy of the config) and the running statistics of every number in it (Tune adds
+    its own: times, pid, iteration; max/min/avg/last and two deques each), ~12 KB a trial, and the same again as the
+    trial's JSON state when Tune saves the experiment at the fit's end (tracemalloc, benchmarks/RESULTS.md section
+    15). Nothing reads them once the trial has finished: RecordingScheduler has handed the result to the ledger,
+    the searcher is told after the scheduler, and `run_trials` reads only the count of errors."""
+    md = trial.run_metadata
+    md.last_result = {k: md.last_result[k] for k in ("done", "training_iteration", "trial_id") if k in md.last_result}
+    md.metric_analysis = {}
+    md.metric_n_steps = {}
 
 
 def trial_error_message(trial) -> str:
@@ -394,6 +376,47 @@ class FirstPendingScheduler(FIFOScheduler):
         return None
 
 
+class RecordingScheduler(FirstPendingScheduler):
+    """The driver's side of every trial, in Tune's scheduler (FIFO order: FirstPendingScheduler): hands each
+    finished trial's result to `on_result` exactly once and a trial whose worker crashed (after Tune's retries) to
+    `on_crash`, then drops what Tune keeps of its results (`forget_results`).
+
+    A scheduler rather than a Tune callback: to count the callbacks a user passes, Tune imports its MLflow, W&B and
+    Comet integrations, MLflow itself included (ray/air/_internal/usage.py `tag_callbacks`, ~45 MB of the driver's
+    memory, benchmarks/RESULTS.md section 15); with no callback passed it imports nothing. Tune gives the scheduler
+    each result before the callbacks, and tells it of a trial's completion and final error where it tells them."""
+
+    def __init__(self, on_result: Callable[[dict[str, Any]], None], on_crash: Callable[[dict[str, Any], str], None]):
+        super().__init__()
+        self.seen: set[str] = set()
+        self.on_result, self.on_crash = on_result, on_crash
+
+    def __getstate__(self):
+        # Tune pickles its scheduler into tuner.pkl for Tuner.restore; the hooks hold the driver's ledger, tracker
+        # and console, which only mean something in this process. A restored copy records nothing.
+        return {**self.__dict__, "seen": set(self.seen), "on_result": _ignore, "on_crash": _ignore}
+
+    def on_trial_result(self, tune_controller, trial, result):
+        if "result_json" in result and trial.trial_id not in self.seen:
+            self.seen.add(trial.trial_id)
+            self.on_result(json.loads(result["result_json"]))
+        return self.CONTINUE
+
+    def on_trial_error(self, tune_controller, trial):
+        # Tune tells the scheduler of every crash, also of one it retries (TuneController._try_recover ->
+        # _requeue_trial: retries left, the trial just marked ERROR, then PENDING again); it gives up on a RUNNING
+        # trial with none left (should_recover False) or on a PENDING one (its actor never started): that is the result
+        if trial.status != Trial.PENDING and trial.should_recover():
+            return
+        if trial.trial_id not in self.seen:
+            self.seen.add(trial.trial_id)
+            self.on_crash(trial.config["spec"], trial_error_message(trial))
+        forget_results(trial)
+
+    def on_trial_complete(self, tune_controller, trial, result):
+        forget_results(trial)
+
+
 @contextlib.contextmanager
 def _tune_settings_for_many_trials():
     """Tune settings read when a `Tuner.fit` starts, set for its duration (a value the user set wins):
@@ -407,7 +430,7 @@ def _tune_settings_for_many_trials():
       (GatedSearcher), so a pending trial never waits on a render.
     - TUNE_GLOBAL_CHECKPOINT_S: Tune's experiment state (every trial's state as JSON, for `Tuner.restore`) is saved
       when the run starts and ends, not every ~10 s as well: the ledger is our resume record (a restored Tuner
-      records nothing: TrialRecorder), and the periodic saves took ~9% of the driver loop's CPU at 4,270 trials
+      records nothing: RecordingScheduler), and the periodic saves took ~9% of the driver loop's CPU at 4,270 trials
       (py-spy, benchmarks/RESULTS.md section 15)."""
     import ray
 
@@ -474,11 +497,12 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
             tuner = tune.Tuner(
                 trainable,
                 tune_config=tune.TuneConfig(reuse_actors=reuse_actors, max_concurrent_trials=max_concurrent,
-                                            search_alg=searcher, scheduler=FirstPendingScheduler(), num_samples=quota,
+                                            search_alg=searcher, scheduler=RecordingScheduler(on_result, on_crash),
+                                            num_samples=quota,
                                             trial_name_creator=_short_name, trial_dirname_creator=_short_name),
                 run_config=tune.RunConfig(name=name if waves == 1 else f"{name}-w{waves}", storage_path=storage_path,
                                           verbose=0, failure_config=tune.FailureConfig(max_failures=max_failures),
-                                          callbacks=[TrialRecorder(on_result, on_crash)]),
+                                          callbacks=[]),   # none: see RecordingScheduler
             )
             with _tune_settings_for_many_trials():
                 errors += tuner.fit().num_errors

@@ -58,3 +58,56 @@ def test_batch_equals_one_by_one_and_writer_flushes(tmp_path):
     assert all(runs[(k, "ok")] in {rid for _, rid in logged} | set(one) | set(batch) for k, _ in logged)
     assert len(tracker.client.search_runs([tracker.experiment("g")], "tags.`mlvp.kind` = 'trial'",
                                           max_results=1000)) == 38
+
+
+def test_tracker_process_logs_as_the_tracker_does_and_survives_ctrl_c(tmp_path):
+    """`submit`'s driver logs through TrackerProcess (MLflow in a process of its own): the same runs as the
+    in-process Tracker, read back here in-process; the driver's pid on the parent run; an MLflow error comes back
+    with its own type name; a SIGINT to the tracking process (Ctrl-C reaches the whole process group) leaves it
+    answering, so the driver can still close its parent run; after `close` it is gone."""
+    import os
+    import signal
+
+    import ray  # noqa: F401  (psutil ships inside Ray's package)
+    import psutil
+
+    from orchestrator.tracking import TrackerProcess, TrackingError, error_name
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = TrackerProcess(uri, tmp_path)
+    try:
+        assert proc.pid != os.getpid()
+        grid = type("G", (), {"name": "g", "source": str(tmp_path / "g.yaml")})()
+        parent = proc.start_parent(grid, "name: g\n", {"trials": 3})
+        logged: list[tuple[str, str]] = []
+        errors: list[Exception] = []
+        entries = [_entry(i) for i in range(2)] + [_entry(2, "failed")]
+        for e in entries:
+            proc.log_trial_later(parent, "g", e, lambda rid, k=e["key"]: logged.append((k, rid)), errors.append)
+        proc.flush()
+        assert not errors and [k for k, _ in logged] == [e["key"] for e in entries]
+        assert proc.trial_runs("g") == {(e["key"], e["status"]): rid for e, (_, rid) in zip(entries, logged)}
+
+        os.kill(proc.pid, signal.SIGINT)
+        try:
+            proc.finish_parent("0" * 32, {}, [], "FINISHED")   # no such run
+            raise AssertionError("an unknown run must fail")
+        except TrackingError as err:
+            assert error_name(err) == "MlflowException" and "0" * 32 in str(err)
+        proc.finish_parent(parent, {"trials_ok": 2}, [], "KILLED")
+
+        mine = Tracker(uri, tmp_path)   # what the process wrote, read back in this one
+        for e, (_, rid) in zip(entries, logged):
+            view = _view(mine, rid)
+            assert view["parent"] == parent and view["status"] == ("FINISHED" if e["status"] == "ok" else "FAILED")
+            assert view["k_occ"]["counts"] == e["k_occurrence"]
+        run = mine.client.get_run(parent)
+        assert run.info.status == "KILLED" and run.data.metrics["trials_ok"] == 2
+        assert run.data.tags["mlvp.pid"] == str(os.getpid())   # the driver's, for close_stale_parents
+    finally:
+        pid = proc.pid
+        proc.close()
+    try:
+        psutil.Process(pid).wait(timeout=30)   # ends after `close`
+    except psutil.NoSuchProcess:
+        pass

@@ -169,3 +169,65 @@ def test_an_idle_wave_gives_its_actors_back_to_the_producers(tmp_path):
     finally:
         watchdog.cancel()
         ray.shutdown()
+
+
+def test_a_finished_trials_results_are_dropped_from_the_driver():
+    """RecordingScheduler drops what Tune keeps of a finished trial's results (orchestrator/tune.py `forget_results`):
+    the statistics of every number reported and the last result, ~12 KB a trial held until the fit ends, and again
+    in the trial's JSON state saved then. Asked of a real Tune Trial fed results as Tune feeds them; what Tune reads
+    of a finished trial (done, iteration, id) stays."""
+    from ray.tune.experiment import Trial
+
+    from orchestrator.tune import forget_results
+
+    spec = _specs(1)[0].to_dict()
+    trial = Trial("__none", stub=True, config={"spec": spec})
+    for i in (1, 2):
+        trial.update_last_result({"result_json": json.dumps({"seed": 0}), "time_this_iter_s": 0.1 * i,
+                                  "time_total_s": 0.2 * i, "training_iteration": i, "done": i == 2,
+                                  "trial_id": trial.trial_id, "config": {"spec": spec}})
+    before = sum(len(s) for s in trial.get_json_state())
+    assert {"time_this_iter_s", "training_iteration"} <= set(trial.run_metadata.metric_analysis)
+    forget_results(trial)
+    after = sum(len(s) for s in trial.get_json_state())
+    assert trial.run_metadata.metric_analysis == {} and trial.run_metadata.metric_n_steps == {}
+    assert trial.last_result == {"done": True, "training_iteration": 2, "trial_id": trial.trial_id}
+    assert after < before - 1500, (before, after)
+
+
+DRIVER = """
+import json, sys
+from ray import tune
+from orchestrator import ray_env
+from orchestrator.tune import ReadyGate, run_trials
+from workloads.spec import TrialSpec
+
+def trainable(config):
+    tune.report({"result_json": json.dumps({"seed": config["spec"]["seed"]})})
+
+specs = [TrialSpec(dataset="d", direction="v2t", scenario="query_shift", perturbation="fog", severity=1,
+                   method="source", backbone="clip4clip", seed=i) for i in range(3)]
+seen = []
+ray_env.start_ray(None, 2, dashboard=False)
+run = run_trials(specs, None, storage_path=sys.argv[1], name="m", cpus_per_trial=1, gpus_per_trial=0, max_failures=0,
+                 max_concurrent=None, on_result=lambda r: seen.append(r["seed"]), on_crash=lambda *a: None,
+                 trainable=trainable)
+ray_env.stop_ray()
+print(json.dumps({"seen": sorted(seen), "mlflow": "mlflow" in sys.modules}))
+"""
+
+
+def test_the_driver_running_trials_does_not_import_mlflow(tmp_path):
+    """MLflow belongs to the tracking process (orchestrator/tracking.py TrackerProcess), not to the driver running
+    Ray Tune: Tune imports it (~45 MB) to count the callbacks a user passes, so `run_trials` passes none and records
+    through its scheduler (RecordingScheduler). Checked in a fresh interpreter, where nothing else imported it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path / "tune")], capture_output=True, text=True,
+                          timeout=300, cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"seen": [0, 1, 2], "mlflow": False}
