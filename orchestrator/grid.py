@@ -142,9 +142,10 @@ class VariantSpec:
     faithful: bool | None = None             # None: the grid's `faithful`
 
 
-# Ray Tune trials per `Tuner.fit`: Tune keeps ~50 KB of driver memory per trial until its `fit` ends, so 2,500 bound
-# the trials' share of the driver to ~+125 MB, at the price of a wave boundary (a cold start of the trial actors,
-# ~9 s on a 2-core machine) per 2,500 trials (benchmarks/RESULTS.md section 15)
+# Ray Tune trials per `Tuner.fit`: Tune keeps ~30 KB of driver memory per trial until its `fit` ends (a finished
+# trial's results already dropped: orchestrator/tune.py `forget_results`), so 2,500 bound the trials' share of the
+# driver to ~+75 MB, at the price of a wave boundary (a cold start of the trial actors, ~9 s on a 2-core machine) per
+# 2,500 trials (benchmarks/RESULTS.md section 15)
 TRIALS_PER_WAVE = 2500
 
 @dataclass
