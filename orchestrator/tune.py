@@ -382,7 +382,7 @@ class RecordingScheduler(FirstPendingScheduler):
     `on_crash`, then drops what Tune keeps of its results (`forget_results`).
 
     A scheduler rather than a Tune callback: to count the callbacks a user passes, Tune imports its MLflow, W&B and
-    Comet integrations, MLflow itself included (ray/air/_internal/usage.py `tag_callbacks`, ~45 MB of the driver's
+    Comet integrations, MLflow itself included (ray/air/_internal/usage.py `tag_callbacks`, ~40 MB of the driver's
     memory, benchmarks/RESULTS.md section 15); with no callback passed it imports nothing. Tune gives the scheduler
     each result before the callbacks, and tells it of a trial's completion and final error where it tells them."""
 

@@ -219,7 +219,7 @@ print(json.dumps({"seen": sorted(seen), "mlflow": "mlflow" in sys.modules}))
 
 def test_the_driver_running_trials_does_not_import_mlflow(tmp_path):
     """MLflow belongs to the tracking process (orchestrator/tracking.py TrackerProcess), not to the driver running
-    Ray Tune: Tune imports it (~45 MB) to count the callbacks a user passes, so `run_trials` passes none and records
+    Ray Tune: Tune imports it (~40 MB) to count the callbacks a user passes, so `run_trials` passes none and records
     through its scheduler (RecordingScheduler). Checked in a fresh interpreter, where nothing else imported it."""
     import subprocess
     import sys
