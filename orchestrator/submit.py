@@ -266,7 +266,7 @@ def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
             console.print(f"Ray dashboard: {info['dashboard_url']}  ({ray_env.auth_token_hint()})")
         try:
             ray_env.check_resources(grid.runtime.gpus_per_trial, grid.runtime.cpus_per_trial)
-            return _run(plan, grid, todo, ledger, report, console, t_start, opts, tracker)
+            return _run(plan, grid, todo, ledger, report, console, t_start, opts, tracker=tracker)
         finally:
             if opts.address is None:
                 ray_env.stop_ray()
@@ -305,7 +305,9 @@ def _submission_id() -> str:
 
 
 def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: SubmitReport, console: Console,
-         t_start: float, opts: SubmitOptions | None = None, tracker=None) -> SubmitReport:
+         t_start: float, opts: SubmitOptions | None = None, *, tracker: TrackerProcess) -> SubmitReport:
+    """The trials of `todo` and the stages feeding them, on the connected Ray cluster; results through `tracker`
+    (the caller's: `submit` closes it)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from orchestrator.check import trial_environment
@@ -316,7 +318,6 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     paths = plan.paths
     rt = grid.runtime
     checkpoints = checkpoint_paths(plan)
-    tracker = tracker or TrackerProcess(report.tracking_uri, paths.results)
     submission = _submission_id()
     parent = report.parent_run_id = start_parent(tracker, plan, report, submission)
     console.print(f"MLflow: parent run {parent} in {report.tracking_uri}  "
@@ -356,7 +357,6 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
                                            "ran_now_failed": recorder.counts["failed"]}, [], "FAILED")
         except Exception:
             pass
-        tracker.close()
         raise
     summary = report.render = pipeline.stream.summary
     report.timeline = {"start": pipeline.t0, "trials_from": gate.first_ready or 0.0,
@@ -373,11 +373,8 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
         except Exception as err:   # the ledger has them: the next submit or `sync` logs them
             recorder.untracked(err)
     report.ok, report.failed = recorder.counts["ok"], recorder.counts["failed"]
-    try:
-        finish(plan, grid, ledger, report, console, t_start, summary, recorder.counts, status, submission,
-               tracker if recorder.tracking else None)
-    finally:
-        tracker.close()
+    finish(plan, grid, ledger, report, console, t_start, summary, recorder.counts, status, submission,
+           tracker if recorder.tracking else None)
     if status == "KILLED":
         raise KeyboardInterrupt
     return report

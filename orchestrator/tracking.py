@@ -423,9 +423,6 @@ class TrackerProcess(_TrialLogging):
     def finish_parent(self, parent_id: str, metrics: dict[str, float], files: list[Path], status: str) -> None:
         self._call("finish_parent", parent_id, metrics, [Path(f) for f in files], status)
 
-    def latest_parent(self, grid_name: str) -> str | None:
-        return self._call("latest_parent", grid_name)
-
     def close(self) -> None:
         """After what is queued is logged (bounded: a dead store fails each call within ~30 s and the writer then
         drops the rest), the process ends."""
@@ -460,8 +457,9 @@ def _call_tracker(name: str, args: tuple):
 
 
 class TrialLogWriter:
-    """One background thread that logs trial runs in order, so the driver's Tune callback returns after the ledger
-    write (the record) instead of after ~5 MLflow round trips per trial (benchmarks/orchestration_overhead.py);
+    """One background thread that logs trial runs in order, so the driver's trial hook (orchestrator/tune.py
+    RecordingScheduler -> LiveRecorder) returns after the ledger write (the record) instead of after ~5 MLflow round
+    trips per trial (benchmarks/orchestration_overhead.py);
     `flush()` waits for the queue. After a store failure the rest are dropped: the ledger has them."""
 
     def __init__(self, tracker: _TrialLogging):
