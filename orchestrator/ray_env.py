@@ -79,9 +79,53 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard
             raise ClusterError(f"the Ray cluster at {address} refused this driver's token: copy the head's token "
                                "(`ray get-auth-token` there) to ~/.ray/auth_token here, or set RAY_AUTH_TOKEN"
                                ) from None
+    quiet_worker_teardown()
     url = ctx.dashboard_url
     return {"dashboard_url": f"http://{url}" if url and not url.startswith("http") else url,
             "address": ctx.address_info.get("address") or ctx.address_info.get("gcs_address")}
+
+
+def without_sigterm_tracebacks(lines: list[str]) -> list[str]:
+    """A worker's lines less the traceback Python prints when Ray's SIGTERM handler (it raises SystemExit) fires
+    inside a weakref callback: Ray stops idle and finished trial actors with SIGTERM, and the interpreter then
+    reports "Exception ignored in: <function WeakSet...>" with 8 lines of traceback ending in "SystemExit: 1". It
+    says nothing about the run (the worker's work was done and recorded) and reads as a failure."""
+    kept, i = [], 0
+    while i < len(lines):
+        if lines[i].startswith("Exception ignored in"):
+            # the traceback's last line is its first one that is not indented (nor blank, nor its header)
+            end = next((j for j in range(i + 1, min(len(lines), i + 30))
+                        if lines[j].strip() and not lines[j][0].isspace() and not lines[j].startswith("Traceback")),
+                       None)
+            if end is not None and lines[end].startswith("SystemExit") and any(
+                    "sigterm_handler" in ln for ln in lines[i:end]):
+                i = end + 1
+                continue
+        kept.append(lines[i])
+        i += 1
+    return kept
+
+
+def quiet_worker_teardown() -> None:
+    """Filter what Ray forwards from the workers' stderr to this driver through without_sigterm_tracebacks. Ray
+    forwards worker output through one handler named "ray_print_logs" (ray/_private/ray_logging); when a Ray
+    version lays this out otherwise, its output is left as it is."""
+    try:
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+    except ImportError:
+        return
+    with dispatcher._lock:
+        for k, (name, handler) in enumerate(dispatcher.handlers):
+            if name != "ray_print_logs" or getattr(handler, "drops_sigterm_tracebacks", False):
+                continue
+
+            def filtered(data, print_logs=handler):
+                lines = without_sigterm_tracebacks(list(data.get("lines") or []))
+                if lines:
+                    print_logs({**data, "lines": lines})
+
+            filtered.drops_sigterm_tracebacks = True
+            dispatcher.handlers[k] = (name, filtered)
 
 
 def use_cluster_token() -> None:
