@@ -295,40 +295,65 @@ def _plt():
 
 def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
     """Fig. 13: R@1 against severity (0 = clean), one panel per type, one line per method, per (dataset,
-    direction, backbone)."""
+    direction, backbone).
+
+    One figure per panel layout, redrawn for each (dataset, direction, backbone): a new 12-panel figure spends
+    most of its time in matplotlib making its axes and tick objects, and the full matrix has ten such figures
+    (benchmarks/RESULTS.md section 15)."""
     plt = _plt()
     qs = df[(df["scenario"] == QS) & (df["status"] == "ok") & (df["mix"].fillna("") == "")] if len(df) else df
     files = []
-    for (ds, direction, backbone), part in qs.groupby(["dataset", "direction", "backbone"], sort=False):
-        levels = _levels(direction)
-        types = [p for p in levels if p in set(part["perturbation"])]
-        if not types:
-            continue
-        n = len(types)
-        ncol = min(4, n)
-        nrow = math.ceil(n / ncol)
-        fig, axes = plt.subplots(nrow, ncol, figsize=(3.0 * ncol, 2.4 * nrow), squeeze=False, sharey=True)
-        curves: dict[tuple[str, str], list[tuple[int, float]]] = {}
-        for rec in part[["perturbation", "row", "severity", "R1"]].itertuples(index=False):
-            curves.setdefault((rec.perturbation, rec.row), []).append((int(rec.severity), float(rec.R1)))
-        for ax, p in zip(axes.flat, types):
-            for m in _row_order(grid):
-                points = sorted(curves.get((CLEAN, m), [])[:1] + curves.get((p, m), []))
-                if points:
-                    ax.plot([x for x, _ in points], [y for _, y in points], marker="o", ms=3, label=m)
-            ax.set_title(f"{p} ({levels[p]})", fontsize=9)
-            ax.set_xlabel("severity", fontsize=8)
-            ax.tick_params(labelsize=7)
-            ax.grid(alpha=0.3)
-        for ax in list(axes.flat)[n:]:
-            ax.axis("off")
-        axes[0][0].set_ylabel("R@1 (%)", fontsize=8)
-        axes[0][0].legend(fontsize=7)
-        fig.suptitle(f"R@1 against severity: {ds}, {direction}, {backbone}", fontsize=10)
-        fig.subplots_adjust(left=0.07 if ncol > 2 else 0.15, right=0.98, bottom=0.12 / nrow + 0.05, top=1 - 0.3 / nrow,
-                            wspace=0.12, hspace=0.55)
-        files.append(_save(fig, out / f"r1_severity_{ds}_{direction}_{backbone}.png"))
+    figures: dict[tuple[int, int, int], Any] = {}
+    try:
+        for (ds, direction, backbone), part in qs.groupby(["dataset", "direction", "backbone"], sort=False):
+            levels = _levels(direction)
+            types = [p for p in levels if p in set(part["perturbation"])]
+            if not types:
+                continue
+            n = len(types)
+            ncol = min(4, n)
+            nrow = math.ceil(n / ncol)
+            if (nrow, ncol, n) not in figures:
+                figures[nrow, ncol, n] = _severity_figure(plt, nrow, ncol, n)
+            fig, axes = figures[nrow, ncol, n]
+            curves: dict[tuple[str, str], list[tuple[int, float]]] = {}
+            for rec in part[["perturbation", "row", "severity", "R1"]].itertuples(index=False):
+                curves.setdefault((rec.perturbation, rec.row), []).append((int(rec.severity), float(rec.R1)))
+            for ax, p in zip(axes.flat, types):
+                for line in list(ax.lines):   # the previous cell's
+                    line.remove()
+                ax.set_prop_cycle(None)       # a method keeps its colour from figure to figure
+                for m in _row_order(grid):
+                    points = sorted(curves.get((CLEAN, m), [])[:1] + curves.get((p, m), []))
+                    if points:
+                        ax.plot([x for x, _ in points], [y for _, y in points], marker="o", ms=3, label=m)
+                ax.relim()                    # the limits of this cell's lines only
+                ax.autoscale_view()
+                ax.set_title(f"{p} ({levels[p]})", fontsize=9)
+            axes[0][0].legend(fontsize=7)     # replaces the previous cell's
+            fig.suptitle(f"R@1 against severity: {ds}, {direction}, {backbone}", fontsize=10)
+            path = out / f"r1_severity_{ds}_{direction}_{backbone}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(path, dpi=90)
+            files.append(path)
+    finally:
+        for fig, _ in figures.values():
+            plt.close(fig)
     return files
+
+
+def _severity_figure(plt, nrow: int, ncol: int, n: int):
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.0 * ncol, 2.4 * nrow), squeeze=False, sharey=True)
+    for ax in list(axes.flat)[:n]:
+        ax.set_xlabel("severity", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    axes[0][0].set_ylabel("R@1 (%)", fontsize=8)
+    fig.subplots_adjust(left=0.07 if ncol > 2 else 0.15, right=0.98, bottom=0.12 / nrow + 0.05, top=1 - 0.3 / nrow,
+                        wspace=0.12, hspace=0.55)
+    return fig, axes
 
 
 def focus_cell(grid, df: pd.DataFrame) -> dict[str, Any] | None:

@@ -133,3 +133,35 @@ def test_ledger_entries_without_per_query_lists(tiny_results):
     assert len(full) == len(light) == 10
     assert all(len(e["k_occurrence"]) == e["n_gallery"] and e["batch_R1"] for e in full)
     assert light == [{k: v for k, v in e.items() if k not in PER_QUERY} for e in full]
+
+
+def test_severity_figures_redrawn_in_one_figure_match_figures_drawn_alone(tmp_path):
+    """plot_severity redraws one matplotlib figure per panel layout for every (dataset, direction, backbone): the
+    second cell's picture is pixel for pixel the one drawn alone (nothing of the first cell's lines, limits, colours
+    or legend left), though it has fewer methods and other values."""
+    import random
+    from types import SimpleNamespace
+
+    import matplotlib.image as mpimg
+    import pandas as pd
+
+    from orchestrator.report import CLEAN, QS, plot_severity
+    from workloads.perturbations.video import VIDEO_PERTURBATIONS
+
+    rng = random.Random(0)
+    grid = SimpleNamespace(methods=["source", "tent", "sar"])
+    rows = []
+    for backbone, methods, scale in (("clip4clip", ["source", "tent", "sar"], 90), ("xclip", ["source", "sar"], 20)):
+        for m in methods:
+            rows.append(dict(scenario=QS, status="ok", mix="", dataset="msrvtt", direction="v2t", backbone=backbone,
+                             perturbation=CLEAN, row=m, severity=0, R1=rng.random() * scale))
+            for p in VIDEO_PERTURBATIONS.names():
+                for s in range(1, 6):
+                    rows.append(dict(scenario=QS, status="ok", mix="", dataset="msrvtt", direction="v2t",
+                                     backbone=backbone, perturbation=p, row=m, severity=s, R1=rng.random() * scale))
+    df = pd.DataFrame(rows)
+    both = plot_severity(grid, df, tmp_path / "both")
+    alone = plot_severity(grid, df[df.backbone == "xclip"], tmp_path / "alone")
+    assert [p.name for p in both] == ["r1_severity_msrvtt_v2t_clip4clip.png", "r1_severity_msrvtt_v2t_xclip.png"]
+    assert np.array_equal(mpimg.imread(both[1]), mpimg.imread(alone[0]))
+    assert not np.array_equal(mpimg.imread(both[0]), mpimg.imread(both[1]))
