@@ -369,21 +369,21 @@ class TrackerProcess(_TrialLogging):
     (its import, ~90 MB, and its SQLAlchemy store) stays out of the driver's memory, whose growth at thousands of
     trials is Ray Tune's (benchmarks/RESULTS.md section 15), and the store's writes take no GIL time from Tune's loop.
 
-    The process is started at once (spawn: a fresh interpreter, MLflow imported while Ray starts) and serves one call
-    at a time, in order; each call blocks until it answers, and an error comes back as TrackingError (the original
-    type name in `kind`). It ignores SIGINT, so a submission stopped with Ctrl-C still closes its parent run as
-    KILLED, and ends with the driver: when `close` is called, or when the driver dies (its call pipe closes)."""
+    One tracking process per driver interpreter, shared by its TrackerProcess objects and serving every store they
+    name (one Tracker per store in it): MLflow is imported once per interpreter and a store opened once, as MLflow
+    caches its stores in-process; an interpreter that submits many times (the tests, a notebook) pays the ~3 s start
+    once (benchmarks/RESULTS.md section 15). It is started with the first one (spawn: a fresh interpreter, MLflow
+    imported while Ray starts) and serves one call at a time, in order; each call blocks until it answers, and an
+    error comes back as TrackingError (the original type name in `kind`). It ignores SIGINT, so a submission stopped
+    with Ctrl-C still closes its parent run as KILLED, and ends with the driver (its call pipe closes); a broken one
+    is replaced by the next TrackerProcess."""
 
     def __init__(self, tracking_uri: str, results_dir: str | os.PathLike):
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
         self.uri = tracking_uri
         self.results_dir = Path(results_dir).resolve()
         self._writer = None
-        self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_serve_tracker, initargs=(tracking_uri, str(self.results_dir)))
-        self._pid = self._pool.submit(os.getpid)   # starts the process now
+        self._pool = _tracking_pool()
+        self._pid = self._pool.submit(os.getpid)   # starts the process now, if new
 
     @property
     def pid(self) -> int:
@@ -394,7 +394,7 @@ class TrackerProcess(_TrialLogging):
         from concurrent.futures.process import BrokenProcessPool
 
         try:
-            return self._pool.submit(_call_tracker, name, args).result()
+            return self._pool.submit(_call_tracker, self.uri, str(self.results_dir), name, args).result()
         except BrokenProcessPool as err:
             raise TrackingError("BrokenProcessPool", f"the tracking process ended ({err})") from None
         except RuntimeError as err:
@@ -424,34 +424,44 @@ class TrackerProcess(_TrialLogging):
         self._call("finish_parent", parent_id, metrics, [Path(f) for f in files], status)
 
     def close(self) -> None:
-        """After what is queued is logged (bounded: a dead store fails each call within ~30 s and the writer then
-        drops the rest), the process ends."""
+        """Returns once what is queued is logged (bounded: a dead store fails each call within ~30 s and the writer
+        then drops the rest); the process stays for the driver's next submission."""
         writer = self._writer
         super().close()
         if writer is not None:
             writer.thread.join(timeout=60)
-        self._pool.shutdown(wait=False)
 
 
-# the tracking process's side of TrackerProcess
-_SERVED: dict[str, Any] = {}
+_TRACKING: dict[str, Any] = {}   # this interpreter's tracking process (TrackerProcess): {"pool", "pid"}
 
 
-def _serve_tracker(tracking_uri: str, results_dir: str) -> None:
+def _tracking_pool():
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = _TRACKING.get("pool")
+    if pool is None or getattr(pool, "_broken", False) or _TRACKING.get("pid") != os.getpid():
+        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_serve_tracker)
+        _TRACKING.update(pool=pool, pid=os.getpid())
+    return pool
+
+
+# the tracking process's side of TrackerProcess: one Tracker per (store, results dir)
+_SERVED: dict[tuple[str, str], Tracker] = {}
+
+
+def _serve_tracker() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's to handle: it closes the parent run
-    try:
-        _SERVED["tracker"] = Tracker(tracking_uri, results_dir)
-    except Exception as err:   # said by the first call, not as a broken pool
-        _SERVED["error"] = TrackingError(type(err).__name__, str(err).splitlines()[0] if str(err) else "")
 
 
-def _call_tracker(name: str, args: tuple):
-    if "error" in _SERVED:
-        raise _SERVED["error"]
+def _call_tracker(tracking_uri: str, results_dir: str, name: str, args: tuple):
     try:
-        return getattr(_SERVED["tracker"], name)(*args)
+        tracker = _SERVED.get((tracking_uri, results_dir))
+        if tracker is None:
+            tracker = _SERVED[(tracking_uri, results_dir)] = Tracker(tracking_uri, results_dir)
+        return getattr(tracker, name)(*args)
     except Exception as err:
         raise TrackingError(type(err).__name__, str(err)) from None
 

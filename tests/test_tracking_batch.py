@@ -64,7 +64,8 @@ def test_tracker_process_logs_as_the_tracker_does_and_survives_ctrl_c(tmp_path):
     """`submit`'s driver logs through TrackerProcess (MLflow in a process of its own): the same runs as the
     in-process Tracker, read back here in-process; the driver's pid on the parent run; an MLflow error comes back
     with its own type name; a SIGINT to the tracking process (Ctrl-C reaches the whole process group) leaves it
-    answering, so the driver can still close its parent run; after `close` it is gone."""
+    answering, so the driver can still close its parent run; a second TrackerProcess, on another store, is served
+    by the same process."""
     import os
     import signal
 
@@ -104,10 +105,10 @@ def test_tracker_process_logs_as_the_tracker_does_and_survives_ctrl_c(tmp_path):
         run = mine.client.get_run(parent)
         assert run.info.status == "KILLED" and run.data.metrics["trials_ok"] == 2
         assert run.data.tags["mlvp.pid"] == str(os.getpid())   # the driver's, for close_stale_parents
+        other = TrackerProcess(f"sqlite:///{tmp_path / 'other.db'}", tmp_path / "other")
+        assert other.pid == proc.pid and psutil.pid_exists(proc.pid)   # one tracking process, MLflow imported once
+        other.start_parent(grid, "name: g\n", {})
+        assert len(mine.client.search_runs([mine.experiment("g")], "tags.`mlvp.kind` = 'submission'")) == 1
+        other.close()
     finally:
-        pid = proc.pid
         proc.close()
-    try:
-        psutil.Process(pid).wait(timeout=30)   # ends after `close`
-    except psutil.NoSuchProcess:
-        pass
