@@ -291,22 +291,29 @@ class GatedSearcher(Searcher):
     """Tune search algorithm over a fixed list of trials: suggests each trial once, when its `ReadyGate` lets it; with
     a `quota`, at most that many (one wave of `run_trials`), then FINISHED.
 
-    An idle wave ends: once every trial it handed out has finished and none is ready for `idle_s` seconds, it says
-    FINISHED (`ended_idle`) and `run_trials` waits on the gate itself. Tune, with no trial left to run, blocks for up
-    to 600 s asking for the next one without stepping its actor manager (ray/tune/execution/tune_controller.py
-    `_update_trial_queue`), so the trial actor it caches and the one it is stopping keep their CPUs and GPU shares;
-    a producer needing them (a render actor on a small cluster, a fine-tune) could not start, its input never came,
-    and the run stalled for the whole 600 s (tests/test_waves.py reproduces it)."""
+    An idle wave ends when it blocks a producer: once every trial it handed out has finished and none is ready for
+    `idle_s` seconds while a task or actor waits for resources (`starved`, by default `producers_waiting`), or after
+    `idle_max_s` regardless, it says FINISHED (`ended_idle`) and `run_trials` waits on the gate itself. Tune, with no
+    trial left to run, blocks for up to 600 s asking for the next one without stepping its actor manager
+    (ray/tune/execution/tune_controller.py `_update_trial_queue`), so the trial actor it caches and the one it is
+    stopping keep their CPUs and GPU shares; a producer needing them (a render actor on a small cluster, a fine-tune)
+    could not start, its input never came, and the run stalled for the whole 600 s (tests/test_waves.py reproduces
+    it). Ending every idle wave fixed that but cost a new wave each time the renders lagged the trials (a new
+    `Tuner.fit` and cold trial actors: 20 s once in the render-stage test under the suite's load), so a wave whose
+    producers are running keeps its actors."""
 
-    def __init__(self, gate: ReadyGate, quota: int | None = None, idle_s: float = 2.0):
+    def __init__(self, gate: ReadyGate, quota: int | None = None, idle_s: float = 2.0,
+                 starved: Callable[[], bool] | None = None, idle_max_s: float = 30.0):
         super().__init__()
         self.gate = gate
         self.quota = quota
         self.handed = 0
-        self.idle_s = idle_s
+        self.idle_s, self.idle_max_s = idle_s, idle_max_s
+        self.starved = starved or producers_waiting
         self.ended_idle = False
         self._live: set[str] = set()          # trials handed out and not finished (Tune's trial ids)
         self._idle_since: float | None = None
+        self._asked = 0.0                     # when `starved` was last asked (at most once a second)
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return True
@@ -320,7 +327,7 @@ class GatedSearcher(Searcher):
                 self._idle_since = None
             elif self._idle_since is None:
                 self._idle_since = time.monotonic()
-            elif time.monotonic() - self._idle_since >= self.idle_s:
+            elif self._gives_back(time.monotonic() - self._idle_since):
                 self.ended_idle = True
                 return Searcher.FINISHED
             return None
@@ -333,6 +340,18 @@ class GatedSearcher(Searcher):
 
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
         self._live.discard(trial_id)
+
+    def _gives_back(self, idle: float) -> bool:
+        if idle >= self.idle_max_s:
+            return True
+        now = time.monotonic()
+        if idle < self.idle_s or now - self._asked < 1.0:
+            return False
+        self._asked = now
+        try:
+            return bool(self.starved())
+        except Exception:   # cannot tell: give the actors back, as when it can tell they are needed
+            return True
 
     def save(self, checkpoint_path: str) -> None:
         # the ledger is our resume record (README "Nothing is lost on a crash"), not Tune's experiment state
@@ -348,6 +367,18 @@ class GatedSearcher(Searcher):
     def __setstate__(self, state):
         self.gate = ReadyGate([])
         self.quota, self.handed = None, 0
+
+
+def producers_waiting() -> bool:
+    """Whether a task or actor of the connected Ray cluster waits for resources: the demand its raylets report
+    (about once a second) to the GCS, which Ray's autoscaler reads (ray/autoscaler/v2/sdk.py). Tune's trials ask
+    through placement groups (the gang requests), so in an idle wave these single requests are the producers'
+    (render actors, fine-tunes, asset tasks). About 1 ms a call."""
+    import ray
+    from ray.autoscaler.v2.sdk import get_cluster_resource_state
+
+    state = get_cluster_resource_state(ray._private.worker.global_worker.gcs_client)
+    return any(req.count > 0 for req in state.pending_resource_requests)
 
 
 class FirstPendingScheduler(FIFOScheduler):

@@ -4,6 +4,8 @@ import json
 import os
 import threading
 
+import pytest
+
 from orchestrator.tune import ReadyGate, run_trials
 from workloads.spec import TrialSpec
 
@@ -127,13 +129,16 @@ def test_first_pending_scheduler_chooses_as_tunes_fifo_scheduler():
     assert ours._finished_prefix > 100                      # and the finished prefix was skipped
 
 
-def test_an_idle_wave_gives_its_actors_back_to_the_producers(tmp_path):
+@pytest.mark.parametrize("cpus, waves", [(2, 2), (3, 1)], ids=["producer-blocked", "producer-runs"])
+def test_an_idle_wave_gives_its_actors_back_to_the_producers(tmp_path, cpus, waves):
     """With no trial running and none ready, Tune blocks up to 600 s asking the searcher for the next one without
     stepping its actor manager (ray/tune/execution/tune_controller.py `_update_trial_queue`): its cached trial actor
     and the one it is stopping keep their CPUs. A producer (a render actor) that needs one of those CPUs then never
     starts, its input never comes, and the run stalled for 10 minutes (tests/test_check.py did, 2 runs in 6 on CI).
-    Here two trials fill a 2-CPU cluster; the third waits for an input made by a 1-CPU task started once both are
-    done. The idle wave must end and free its actors, the task run, and a next wave run the third trial."""
+    Here two trials run on the cluster; the third waits for an input made by a 1-CPU task started once both are
+    done. On 2 CPUs the idle wave must end and free its actors, the task run, and a next wave run the third trial.
+    On 3 CPUs the task runs beside the idle actors: the wave keeps them and runs the third trial itself (a new wave
+    costs a new Tuner.fit and cold trial actors)."""
     import ray
 
     from orchestrator import ray_env
@@ -145,7 +150,10 @@ def test_an_idle_wave_gives_its_actors_back_to_the_producers(tmp_path):
     results: list[int] = []
 
     @ray.remote(num_cpus=1)
-    def producer():
+    def producer():   # longer than an idle wave waits before it asks whether a producer is blocked
+        import time
+
+        time.sleep(4)
         return "made"
 
     def make_input():   # as the render stream does: a CPU task, then `ready`
@@ -156,7 +164,7 @@ def test_an_idle_wave_gives_its_actors_back_to_the_producers(tmp_path):
         if len(results) == 2:
             threading.Thread(target=make_input, daemon=True).start()
 
-    ray_env.start_ray(None, 2, dashboard=False)
+    ray_env.start_ray(None, cpus, dashboard=False)
     # the stall would be 600 s: give up long before, and say so
     watchdog = threading.Timer(90, gate.close, args=(TimeoutError("stalled: the producer never got a CPU"),))
     watchdog.start()
@@ -165,7 +173,7 @@ def test_an_idle_wave_gives_its_actors_back_to_the_producers(tmp_path):
                          cpus_per_trial=1, gpus_per_trial=0, max_failures=0, max_concurrent=None,
                          on_result=on_result, on_crash=lambda *a: None, trainable=_trainable(str(runs)), wave=None)
         assert gate.error is None, gate.error
-        assert sorted(results) == [0, 1, 2] and run.trials == 3 and run.waves == 2
+        assert sorted(results) == [0, 1, 2] and run.trials == 3 and run.waves == waves
     finally:
         watchdog.cancel()
         ray.shutdown()
