@@ -20,9 +20,10 @@ driver by ~66 KB a trial at 4,270 trials, benchmarks/RESULTS.md section 15). `ru
 `Tuner.fit` one after another on the same gate, each handing out at most `wave` trials (its `GatedSearcher` says
 FINISHED once it has), so that state is freed between waves. The cost is a barrier at each wave's end: the next wave
 starts when the last trial of this one finishes, and its trial actors start afresh (measured in section 15). A wave
-also ends when it is idle (every trial it handed out finished, none ready for 2 s: `GatedSearcher`), so that while
-the trials wait for their inputs the producers have the whole cluster; `run_trials` waits on the gate, holding no
-trial actor, and starts the next wave when a trial is ready.
+also ends when it is idle (every trial it handed out finished, none ready for 2 s: `GatedSearcher`) while a producer
+waits for resources its idle actors hold (or after 30 s idle), so that the producers get the cluster; `run_trials`
+waits on the gate, holding no trial actor, and starts the next wave when a trial is ready. An idle wave whose
+producers are running keeps its actors, saving a new wave's start.
 """
 from __future__ import annotations
 
