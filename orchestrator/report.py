@@ -332,10 +332,7 @@ def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
                 ax.set_title(f"{p} ({levels[p]})", fontsize=9)
             axes[0][0].legend(fontsize=7)     # replaces the previous cell's
             fig.suptitle(f"R@1 against severity: {ds}, {direction}, {backbone}", fontsize=10)
-            path = out / f"r1_severity_{ds}_{direction}_{backbone}.png"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(path, dpi=90)
-            files.append(path)
+            files.append(_write(fig, out / f"r1_severity_{ds}_{direction}_{backbone}.png"))
     finally:
         for fig, _ in figures.values():
             plt.close(fig)
@@ -471,9 +468,15 @@ def plot_cost(table: Table | None, out: Path) -> Path | None:
 
 
 def _save(fig, path: Path) -> Path:
+    _write(fig, path)
+    _plt().close(fig)
+    return path
+
+
+def _write(fig, path: Path) -> Path:
+    """The PNG of every report figure; `plot_severity` writes its figures with it and keeps them open to redraw."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
-    _plt().close(fig)
     return path
 
 
