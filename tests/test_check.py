@@ -15,7 +15,7 @@ import pytest
 
 from conftest import write_micro_grid
 from orchestrator.__main__ import main
-from orchestrator.check import CheckCase, CheckFailed, compare, paper_rows
+from orchestrator.check import CheckCase, compare, paper_rows
 from orchestrator.grid import load_grid
 from orchestrator.ledger import TrialLedger
 from orchestrator.plan import Paths, build_plan
@@ -135,7 +135,7 @@ runtime: {{cpus_per_trial: 1, batch_size: 64, hub_k: 1}}   # hub_k <= the 2-vide
 
 @pytest.mark.slow
 def test_check_and_the_submit_gate_on_real_layouts(mlvp_env, capsys):
-    # ~90 s here: 1,000 + 2 stand-in clips rendered once, Ray five times (check twice, refused submit twice, forced
+    # ~90 s here: 1,000 + 2 stand-in clips rendered once, Ray four times (check twice, refused submit, forced
     # submit: the clean source cells come from the check's ledger entries, Tent's run)
     from workloads.backbones import create_backbone, save_backbone
     from workloads.datasets import create_dataset
@@ -166,18 +166,17 @@ def test_check_and_the_submit_gate_on_real_layouts(mlvp_env, capsys):
     assert main(["check", str(grid_file), *common, "--tolerance", "50"]) == 0
     capsys.readouterr()
 
-    opts = dict(results_dir=str(results), num_cpus=2, dashboard=False)
-    with pytest.raises(CheckFailed, match=r"xpool fine-tuned on msrvtt t2v: clean R@1 .* pass --force"):
-        submit(str(grid_file), SubmitOptions(**opts))
-    assert not (results / "real" / "trials.parquet").exists()      # refused before any table or trial
-    # the CLI: one line, exit status 2
-    capsys.readouterr()
+    # submit refuses (orchestrator/check.py CheckFailed): one line, exit status 2, before any table or trial
     assert main(["submit", str(grid_file), *common, "--no-dashboard"]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and errors[0].startswith("error: xpool fine-tuned on msrvtt t2v: clean R@1")
-
-    report = submit(str(grid_file), SubmitOptions(**opts, force=True))
-    assert report.check.misses() and report.failed == 0
+    assert len(errors) == 1 and re.match(r"error: xpool fine-tuned on msrvtt t2v: clean R@1 .* pass --force",
+                                         errors[0]), errors
+    assert not (results / "real" / "trials.parquet").exists()
+    ledger = TrialLedger(results / "ledger")
     plan = build_plan(load_grid(grid_file), Paths.make(results))
-    assert len(plan.trials) == 4 and all(TrialLedger(results / "ledger").status(t.key) == "ok" for t in plan.trials)
+    assert [ledger.status(t.key) for t in plan.trials if t.method == "tent"] == ["missing", "missing"]
+
+    report = submit(str(grid_file), SubmitOptions(results_dir=str(results), num_cpus=2, dashboard=False, force=True))
+    assert report.check.misses() and report.failed == 0
+    assert len(plan.trials) == 4 and all(ledger.status(t.key) == "ok" for t in plan.trials)
     assert (results / "real" / "trials.parquet").is_file()
