@@ -16,6 +16,7 @@ EXAMPLES = {
                                                                        # by more than 3 points (--force: go on)""",
     "check": """the clean R@1/5/10 (v2t and t2v, source model) of every (backbone, checkpoint, dataset) the grid uses,
 beside the paper's clean rows (workloads/paper.py); exit status 1 when one misses by more than --tolerance.
+Results already in the ledger are compared again without running anything (no Ray when nothing is missing).
 examples:
   python -m orchestrator check grids/quickstart.yaml
   python -m orchestrator check grids/qgs_cross.yaml --tolerance 3 --address auto""",

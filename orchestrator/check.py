@@ -188,17 +188,9 @@ def render_clean(plan: Plan, console: Console):
                                console=console)
 
 
-def run_check(plan: Plan, checkpoints: dict[str, dict[str, Any]], ledger: TrialLedger, console: Console,
-              tolerance: float = DEFAULT_TOLERANCE, submission: str | None = None) -> CheckReport:
-    """Clean R@1/5/10 of every case (reusing ledger entries), printed beside the paper. Needs Ray running and the
-    checkpoints ready (`prepare_models`)."""
-    import ray
-
-    from dataclasses import asdict
-
-    t0 = time.time()
-    cases = check_cases(plan)
-    todo: list[CheckCase] = []
+def reuse_ledger(cases: list[CheckCase], ledger: TrialLedger) -> list[CheckCase]:
+    """Fill each case's results from the ledger's ok entries; returns the cases with a direction still to run."""
+    todo = []
     for case in cases:
         for d, spec in case.specs.items():
             entry = ledger.get(spec.key)
@@ -206,6 +198,20 @@ def run_check(plan: Plan, checkpoints: dict[str, dict[str, Any]], ledger: TrialL
                 case.results[d], case.reused[d] = entry, True
         if len(case.results) < len(case.specs):
             todo.append(case)
+    return todo
+
+
+def run_check(plan: Plan, checkpoints: dict[str, dict[str, Any]], ledger: TrialLedger, console: Console,
+              tolerance: float = DEFAULT_TOLERANCE, submission: str | None = None) -> CheckReport:
+    """Clean R@1/5/10 of every case (reusing ledger entries), printed beside the paper. Needs Ray running and the
+    checkpoints ready (`prepare_models`) unless every case is in the ledger already (`reuse_ledger`)."""
+    import ray
+
+    from dataclasses import asdict
+
+    t0 = time.time()
+    cases = check_cases(plan)
+    todo = reuse_ledger(cases, ledger)
     summary = None
     if todo:
         summary = render_clean(plan, console)

@@ -69,8 +69,8 @@ def cmd_plan(args) -> int:
 def cmd_check(args) -> int:
     """Checkpoints (fine-tuned when missing), clean clips, then the clean retrieval beside the paper."""
     from orchestrator import ray_env
-    from orchestrator.check import run_check
-    from orchestrator.submit import check_writable, prepare_models
+    from orchestrator.check import check_cases, reuse_ledger, run_check
+    from orchestrator.submit import check_writable, checkpoint_paths, models_to_make, prepare_models
 
     grid = load_grid(args.grid)
     paths = Paths.make(args.results_dir, args.cache_dir)
@@ -80,9 +80,14 @@ def cmd_check(args) -> int:
     console = make_console()
     for note in missing_videos(plan):
         console.print(f"[yellow]note[/]: {escape(note)}")
+    ledger = TrialLedger(paths.ledger)
+    if not models_to_make(plan) and not reuse_ledger(check_cases(plan), ledger):
+        # every checkpoint made and every clean result in the ledger: compared again without starting Ray
+        report = run_check(plan, checkpoint_paths(plan), ledger, console, args.tolerance)
+        return 1 if report.misses() or report.failures() else 0
     ray_env.start_ray(args.address, args.num_cpus, dashboard=False)
     try:
-        report = run_check(plan, prepare_models(plan, console), TrialLedger(paths.ledger), console, args.tolerance)
+        report = run_check(plan, prepare_models(plan, console), ledger, console, args.tolerance)
     finally:
         if args.address is None:
             ray_env.stop_ray()

@@ -165,6 +165,11 @@ def checkpoint_paths(plan: Plan) -> dict[str, dict[str, Any]]:
             for (b, src), m in plan.models.items()}
 
 
+def models_to_make(plan: Plan) -> list[tuple[str, str]]:
+    """(backbone, source) of each checkpoint the grid neither supplies nor has in its cache, in plan order."""
+    return [key for key, m in plan.models.items() if not m.given_path and not plan.model_path(*key).is_file()]
+
+
 def launch_models(plan: Plan, console: Console, cpus: int | None = None) -> dict[str, Any]:
     """Fine-tune (or pretrain) the checkpoints the grid does not supply, all at once, as Ray tasks so a cluster's GPU
     nodes do the work in parallel (an X-Pool that starts from a clip4clip waits for that one's task). Returns
@@ -179,9 +184,9 @@ def launch_models(plan: Plan, console: Console, cpus: int | None = None) -> dict
     # clip4clip is done, possibly while Ray Tune holds a trial actor
     cpus = 1 if gpus else max(1, min(cpus or int(ray.available_resources().get("CPU", 1)), most_cpus))
     task = ray.remote(num_cpus=cpus, num_gpus=gpus)(_finetune_task)
-    for (backbone, source), m in plan.models.items():  # plan order: clip4clip before the X-Pool starting from it
-        path = plan.model_path(backbone, source)
-        if m.given_path or path.is_file() or str(path) in refs:
+    for backbone, source in models_to_make(plan):  # plan order: clip4clip before the X-Pool starting from it
+        m, path = plan.models[(backbone, source)], plan.model_path(backbone, source)
+        if str(path) in refs:
             continue
         ds = m.train_dataset
         dsp = plan.datasets[ds]

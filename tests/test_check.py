@@ -64,7 +64,8 @@ def test_paper_rows_and_comparison_rules():
 
 @pytest.mark.slow
 def test_check_on_the_embedded_default_feeds_the_ledger_and_the_trials_gallery_cache(tmp_path, shared_cache, capsys):
-    # ~60 s here: Ray twice (check, submit), micro checkpoints and clips from the session cache when built already
+    # ~60 s here: Ray twice (the first check, submit), micro checkpoints and clips from the session cache when
+    # built already
     grid_file = write_micro_grid(tmp_path / "chk.yaml", name="chk", perturbations="[gaussian_noise]",
                                  severities="[1]")
     results = tmp_path / "results"
@@ -87,8 +88,15 @@ def test_check_on_the_embedded_default_feeds_the_ledger_and_the_trials_gallery_c
     galleries = {p.name for p in (shared_cache / "gallery").glob("synthetic-*.pt")}
     assert {tuple(n.split("-")[1:3]) for n in galleries} >= {(b, d) for b in ("clip4clip", "xpool")
                                                              for d in ("v2t", "t2v")}
-    # a second check reads the ledger: nothing is encoded
-    assert main(["check", str(grid_file), *common, "--num-cpus", "2"]) == 0
+    # a second check reads the ledger: nothing is encoded, and Ray is not started
+    from orchestrator import ray_env
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("check started Ray with every checkpoint made and every clean result in the ledger")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ray_env, "start_ray", no_ray)
+        assert main(["check", str(grid_file), *common, "--num-cpus", "2"]) == 0
     out = capsys.readouterr().out
     assert out.count("queries (ledger)") == 4
     # the grid's trials: the clean source cells are done (by check), the rest read the same cached galleries
@@ -135,8 +143,8 @@ runtime: {{cpus_per_trial: 1, batch_size: 64, hub_k: 1}}   # hub_k <= the 2-vide
 
 @pytest.mark.slow
 def test_check_and_the_submit_gate_on_real_layouts(mlvp_env, capsys):
-    # ~90 s here: 1,000 + 2 stand-in clips rendered once, Ray four times (check twice, refused submit, forced
-    # submit: the clean source cells come from the check's ledger entries, Tent's run)
+    # ~90 s here: 1,000 + 2 stand-in clips rendered once, Ray three times (check, refused submit, forced submit: the
+    # clean source cells come from the check's ledger entries, Tent's run; the second check reads the ledger)
     from workloads.backbones import create_backbone, save_backbone
     from workloads.datasets import create_dataset
 
@@ -162,7 +170,7 @@ def test_check_and_the_submit_gate_on_real_layouts(mlvp_env, capsys):
     # the stand-in MSVD layout (2 queries): X-Pool's MSVD number is shown, not compared (27,763-caption protocol)
     msvd_block = out[out.index("xpool fine-tuned on msvd"):]
     assert "2 queries" in msvd_block and "not compared: 27763 queries in that protocol, 2 here" in msvd_block
-    # a wide enough tolerance passes
+    # a wide enough tolerance passes (compared again from the ledger)
     assert main(["check", str(grid_file), *common, "--tolerance", "50"]) == 0
     capsys.readouterr()
 
