@@ -168,8 +168,35 @@ def test_hubness_measures_by_hand():
     # hubs: N_k >= 2k = 2 -> item 0 only; share of the 6 top-1 slots = 4/6
     assert h["hub_occurrence"] == pytest.approx(4 / 6)
     assert h["max_k_occurrence"] == 4
-    # scipy's truncnorm moment gives the truncated skewness; it must be finite and positive here
-    assert np.isfinite(h["truncated_skewness"])
+    # the truncated skewness: the third moment of a standard normal truncated at the k-occurrence's zero (scikit-
+    # hubness), as scipy.stats.truncnorm gives it
+    from scipy.stats import truncnorm
+
+    sd = nk.std(ddof=1)
+    assert h["truncated_skewness"] == pytest.approx(
+        truncnorm(-mu / sd, (np.iinfo(np.int64).max - mu) / sd).moment(3), rel=1e-12)
+
+
+@pytest.mark.parametrize("a,b", [(a, b) for a in (-40.0, -12.0, -2.5, -0.3, 0.0) for b in (1e17, np.inf)] +  # hubness
+                         [(a, b) for a in (-6.0, -2.5, -0.3, 0.0, 0.7, 3.0) for b in (a + 0.4, a + 2.0, np.inf)])
+def test_truncated_normal_third_moment_matches_scipy(a, b):
+    # workloads/metrics.py computes it in closed form: importing scipy.stats would cost each trial process ~0.5 s
+    from scipy.stats import truncnorm
+
+    from workloads.metrics import _truncnorm_third_moment
+
+    assert _truncnorm_third_moment(a, b) == pytest.approx(float(truncnorm(a, b).moment(3)), rel=1e-12, abs=1e-12)
+
+
+def test_hubness_does_not_import_scipy_stats():
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np; from workloads.metrics import summarise; "
+            "summarise(np.random.default_rng(0).random((30, 30)), list(range(30))); "
+            "print('scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_uniform_occurrence_has_no_hubness():
