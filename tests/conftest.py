@@ -22,6 +22,29 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+# Test files that share a session fixture run in one pytest-xdist worker. Each worker builds its own session
+# fixtures, and `--dist loadfile` (the README's test command) hands files out one by one: tiny_results (a whole
+# submission) was made twice when the report and browser tests landed on different workers.
+# tests/test_readme.py checks that every file using tiny_results is listed here.
+SAME_WORKER = {"tests/test_report_browser.py": "tests/test_report.py"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFixtureFileScheduling(LoadFileScheduling):
+        """--dist loadfile, with the files of SAME_WORKER in the scope (the work unit) of the file they map to."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return SAME_WORKER.get(scope, scope)
+
+    return SharedFixtureFileScheduling(config, log)
+
+
 MICRO_GRID = """
 name: {name}
 seed: 0

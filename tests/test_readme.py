@@ -30,3 +30,14 @@ def test_ci_runs_the_readme_test_command_verbatim():
 def test_quickstart_command_names_a_valid_grid():
     grid = re.search(r"submit (\S+\.yaml)", readme_commands()[0]).group(1)
     load_grid(ROOT / grid)
+
+
+def test_files_sharing_the_submission_fixture_run_in_one_worker():
+    # the test command's `--dist loadfile` gives each worker its own session fixtures: every file that uses
+    # tiny_results (a whole submission) must map to one scheduling scope (tests/conftest.py SAME_WORKER)
+    from conftest import SAME_WORKER
+
+    users = sorted(f"tests/{p.name}" for p in (ROOT / "tests").glob("test_*.py")
+                   if re.search(r"def \w+\([^)]*\btiny_results\b", p.read_text()))
+    assert len(users) >= 2
+    assert len({SAME_WORKER.get(f, f) for f in users}) == 1, (users, SAME_WORKER)
