@@ -108,11 +108,11 @@ def grid(tmp: Path, name: str, methods="[source, tent]", extra="") -> Path:
 
 @pytest.fixture(scope="module")
 def prepared(shared_cache, tmp_path_factory):
-    """The shared cache with the micro dataset, the clip4clip checkpoint and the grids' clips rendered: one submit
-    (its time is the cost of the first test of the module in a fresh session)."""
+    """The shared cache with the micro dataset, the clip4clip checkpoint, the clean clips and gallery: one `check`
+    (its time is the cost of the first test of the module in a fresh session; a submit would also run Tune)."""
     tmp = tmp_path_factory.mktemp("faults-prep")
     g = grid(tmp, "prep", methods="[source]")
-    out = run_cli("submit", str(g), *common(tmp / "results", shared_cache), "--num-cpus", "2", "--no-dashboard")
+    out = run_cli("check", str(g), *common(tmp / "results", shared_cache), "--num-cpus", "2")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return shared_cache
 
