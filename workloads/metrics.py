@@ -184,12 +184,14 @@ def _truncnorm_third_moment(a: float, b: float) -> float:
     def tail(x: float) -> float:   # P(X > x), accurate far into either tail
         return 0.5 * math.erfc(x / math.sqrt(2))
 
+    def x2_phi(x: float) -> float:   # x^2 phi(x), 0 where phi is (an infinite bound, or x^2 beyond float range)
+        density = phi(x)
+        return x * x * density if density else 0.0
+
     # Z = P(a < X < b) from whichever tails keep its digits
     z = tail(a) - tail(b) if a >= 0 else tail(-b) - tail(-a) if b <= 0 else 1.0 - tail(-a) - tail(b)
-    pa, pb = phi(a), phi(b)
-    m1 = (pa - pb) / z
-    edge = (a * a * pa if math.isfinite(a) else 0.0) - (b * b * pb if math.isfinite(b) and pb else 0.0)
-    return float(2 * m1 + edge / z)
+    m1 = (phi(a) - phi(b)) / z
+    return float(2 * m1 + (x2_phi(a) - x2_phi(b)) / z)
 
 
 def hubness(scores, k: int = 10) -> dict[str, float]:
