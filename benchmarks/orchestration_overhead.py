@@ -183,8 +183,8 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     from orchestrator.grid import load_grid
     from orchestrator.ledger import TrialLedger
     from orchestrator.plan import Paths, build_plan, missing_videos
-    from orchestrator.submit import (LiveRecorder, SubmitReport, _submission_id, finish, print_plan, select_trials,
-                                     start_parent, sync_store)
+    from orchestrator.submit import (LiveRecorder, SubmitReport, _submission_id, finish, ledger_as_of, print_plan,
+                                     select_trials, start_parent, sync_store)
     from orchestrator.tracking import TrackerProcess, check_store, default_tracking_uri
 
     t0 = time.perf_counter()
@@ -203,15 +203,21 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     tracker = TrackerProcess(report.tracking_uri, paths.results)   # as submit: MLflow in a process of its own
     tracker_rss = RSS(tracker.pid).start()
     submission = _submission_id()
-    parent = report.parent_run_id = start_parent(tracker, plan, report, submission)
-    sync_store(tracker, plan, ledger, lambda: parent, console)
     progress = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(), console=console)
-    recorder = LiveRecorder(ledger, tracker, parent, grid.name, submission, progress,
+    recorder = LiveRecorder(ledger, tracker, lambda: report.parent_run_id, grid.name, submission, progress,
                             progress.add_task("trials", total=len(todo), failed=0))
+    as_of = ledger_as_of(plan, ledger, todo)
+
+    def open_store():   # as submit: on the tracker's thread, before the trial runs it logs
+        report.parent_run_id = start_parent(tracker, plan, report, submission)
+        sync_store(tracker, plan, ledger, lambda: report.parent_run_id, console, as_of)
+
+    tracker.later(open_store, recorder.untracked)
     env = tune_mod.TrialEnvironment(render_cache=str(paths.render), gallery_cache=str(paths.gallery), scores_dir=None,
                                     checkpoints={}, datasets={}, use_gpu=False, threads=1)
-    marks["setup_rss"], marks["setup_s"] = RSS().now(), time.perf_counter() - t0   # MLflow imported, store open
+    # the store opens, and the parent run starts, on the tracker's thread meanwhile (as in submit)
+    marks["setup_rss"], marks["setup_s"] = RSS().now(), time.perf_counter() - t0
     real = tune_mod.trial_trainable
     tune_mod.trial_trainable = noop_trainable   # the only substitution: the trial's body
     t_trials = time.perf_counter()
@@ -232,7 +238,12 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     marks["tracker_peak_mb"] = tracker_rss.stop() / 2**20
     marks["outputs_peak_mb"] = report.outputs.peak_rss_mb
     marks["finish_s"] = time.perf_counter() - t_finish
-    return time.perf_counter() - t0, recorder.counts["ok"]
+    seconds = time.perf_counter() - t0
+    runs = tracker.trial_runs(grid.name)   # every trial reached MLflow, once (not timed)
+    if not recorder.tracking or len(runs) != recorder.counts["ok"] or not report.parent_run_id:
+        raise SystemExit(f"MLflow holds {len(runs)} trial runs for {recorder.counts['ok']} trials ok "
+                         f"(logging on: {recorder.tracking}; parent run {report.parent_run_id})")
+    return seconds, recorder.counts["ok"]
 
 
 def resubmit(grid_path: Path, results: Path) -> tuple[float, int]:

@@ -33,7 +33,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.markup import escape
@@ -324,19 +324,25 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     rt = grid.runtime
     checkpoints = checkpoint_paths(plan)
     submission = _submission_id()
-    parent = report.parent_run_id = start_parent(tracker, plan, report, submission)
-    console.print(f"MLflow: parent run {parent} in {report.tracking_uri}  "
-                  f"(mlflow ui --backend-store-uri {report.tracking_uri})")
-    sync_store(tracker, plan, ledger, lambda: parent, console)
-
     env = trial_environment(plan, checkpoints)
     progress = Progress(TextColumn("{task.description:9s}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[unit]}"), TextColumn("{task.fields[failed]} failed"),
                         TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console)
     gate = ReadyGate(todo, lambda t: trial_needs(plan, t))
     pipeline = Pipeline(plan, gate, ledger, console, progress, opts, report, submission)
-    recorder = LiveRecorder(ledger, tracker, parent, grid.name, submission, progress,
+    recorder = LiveRecorder(ledger, tracker, lambda: report.parent_run_id, grid.name, submission, progress,
                             progress.add_task("trials", total=len(todo), unit="trials", failed=0, note=""))
+    as_of = ledger_as_of(plan, ledger, todo)
+
+    def open_store() -> None:
+        # on the tracker's thread, before any trial run it logs: the stages and trials do not wait for the store
+        # (MLflow's start, a new store's migrations: ~3 s), nor for the sync of what the ledger has and it lacks
+        report.parent_run_id = start_parent(tracker, plan, report, submission)
+        console.print(f"MLflow: parent run {report.parent_run_id} in {report.tracking_uri}  "
+                      f"(mlflow ui --backend-store-uri {report.tracking_uri})")
+        sync_store(tracker, plan, ledger, lambda: report.parent_run_id, console, as_of)
+
+    tracker.later(open_store, recorder.untracked)
     status = "FINISHED"
     try:
         with progress:
@@ -358,8 +364,11 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     except BaseException:
         pipeline.stop()
         try:  # refused (check) or broken: the parent run says so; no tables (nothing complete was produced)
-            tracker.finish_parent(parent, {"ran_now_ok": recorder.counts["ok"],
-                                           "ran_now_failed": recorder.counts["failed"]}, [], "FAILED")
+            tracker.flush()
+            if report.parent_run_id:
+                tracker.finish_parent(report.parent_run_id, {"ran_now_ok": recorder.counts["ok"],
+                                                             "ran_now_failed": recorder.counts["failed"]}, [],
+                                      "FAILED")
         except Exception:
             pass
         raise
@@ -374,7 +383,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
         tracker.flush()
         try:
             if recorder.tracking:   # the store may have stopped answering while the queue drained
-                sync_store(tracker, plan, ledger, lambda: parent, console)
+                sync_store(tracker, plan, ledger, lambda: report.parent_run_id, console)
         except Exception as err:   # the ledger has them: the next submit or `sync` logs them
             recorder.untracked(err)
     report.ok, report.failed = recorder.counts["ok"], recorder.counts["failed"]
@@ -648,17 +657,30 @@ def start_parent(tracker, plan: Plan, report: SubmitReport, submission: str) -> 
     return parent
 
 
-def sync_store(tracker, plan: Plan, ledger: TrialLedger, parent, console: Console) -> int:
+def sync_store(tracker, plan: Plan, ledger: TrialLedger, parent, console: Console,
+               entries: tuple[list[dict], Callable[[str], dict | None]] | None = None) -> int:
     """Log to this store every trial of the plan the ledger holds and the store lacks (a driver killed between
-    the ledger and MLflow, a store that was down, another store); `parent()` gives the parent run."""
+    the ledger and MLflow, a store that was down, another store); `parent()` gives the parent run. `entries`: the
+    entries to compare and how to read one whole (`ledger_as_of`), else the ledger as it is now."""
     store = store_key(tracker.uri)
-    # read without the per-query lists (a resume of a full grid reads every entry); a run it logs reads its entry whole
-    entries = ledger.entries((t.key for t in plan.trials), lists=False)
+    entries, whole = entries or ledger_as_of(plan, ledger, ())
     created = tracker.sync(plan.grid.name, entries, parent, lambda key, rid: ledger.record_run(key, store, rid),
-                           whole=ledger.get)
+                           whole=whole)
     if created:
         console.print(f"MLflow: {created} trials from the ledger logged to {tracker.uri} (missing there)")
     return created
+
+
+def ledger_as_of(plan: Plan, ledger: TrialLedger, todo: list[TrialSpec]
+                 ) -> tuple[list[dict], Callable[[str], dict | None]]:
+    """The plan's ledger entries as they are now, for `sync_store`, and how to read one whole: entries of `todo`
+    whole now, since trials about to run rewrite them (a sync running beside them would otherwise log a new result
+    that the trial's own logging logs again)."""
+    # read without the per-query lists (a resume of a full grid reads every entry); a run it logs reads its entry whole
+    entries = ledger.entries((t.key for t in plan.trials), lists=False)
+    rerun = {t.key for t in todo}
+    now = {e["key"]: ledger.get(e["key"]) for e in entries if e["key"] in rerun}
+    return entries, lambda key: now[key] if key in now else ledger.get(key)
 
 
 def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport, console: Console, t_start: float,
@@ -717,9 +739,11 @@ class LiveRecorder:
     """The driver's side of every finished trial, in this order: the ledger (so nothing is lost if anything after
     fails), its MLflow child run, a console line and the progress bar. When the tracking store stops answering,
     logging stops for the rest of the submission (one message); the ledger keeps everything and the next submit or
-    `sync` brings the store up to date."""
+    `sync` brings the store up to date. `parent`: the parent run's id, or a callable that gives it on the tracker's
+    thread (`submit` starts the parent run there)."""
 
-    def __init__(self, ledger: TrialLedger, tracker, parent: str, grid_name: str, submission: str, progress, task):
+    def __init__(self, ledger: TrialLedger, tracker, parent: str | Callable[[], str], grid_name: str, submission: str,
+                 progress, task):
         self.ledger, self.tracker, self.parent = ledger, tracker, parent
         self.store = store_key(tracker.uri)
         self.grid_name, self.submission = grid_name, submission

@@ -101,13 +101,23 @@ class _TrialLogging:
     uri: str
     _writer: TrialLogWriter | None = None
 
-    def log_trial_later(self, parent_id: str, grid_name: str, entry: dict[str, Any],
+    def log_trial_later(self, parent_id: str | Callable[[], str], grid_name: str, entry: dict[str, Any],
                         on_logged: Callable[[str], None], on_error: Callable[[Exception], None]) -> None:
         """`log_trial` on this tracker's background thread (in order); `on_logged(run id)` after each, `on_error`
-        once if the store fails (the rest are then dropped: the ledger has them and `sync` logs them later)."""
+        once if the store fails (the rest are then dropped: the ledger has them and `sync` logs them later).
+        `parent_id` may be a callable, called on that thread (a parent run that a `later` job starts)."""
+        self._background().put((parent_id, grid_name, entry, on_logged, on_error))
+
+    def later(self, job: Callable[[], Any], on_error: Callable[[Exception], None]) -> None:
+        """`job()` on the same background thread, in order with the trials logged there: `submit` starts its parent
+        run and syncs the store this way, so its trials do not wait for the store (benchmarks/RESULTS.md section
+        15). A job that raises counts as a store failure: `on_error(err)`, and what follows is dropped."""
+        self._background().put(_Job(job, on_error))
+
+    def _background(self) -> "TrialLogWriter":
         if self._writer is None:
             self._writer = TrialLogWriter(self)
-        self._writer.put((parent_id, grid_name, entry, on_logged, on_error))
+        return self._writer
 
     def flush(self) -> None:
         """Wait until every trial handed to `log_trial_later` is logged (or dropped after a store failure)."""
@@ -384,6 +394,9 @@ class TrackerProcess(_TrialLogging):
         self._writer = None
         self._pool = _tracking_pool()
         self._pid = self._pool.submit(os.getpid)   # starts the process now, if new
+        # and opens the store (a new sqlite store's migrations: ~1.5 s) while the caller goes on (Ray starts); an
+        # error here is raised again by the first call
+        self._pool.submit(_call_tracker, self.uri, str(self.results_dir), None, ())
 
     @property
     def pid(self) -> int:
@@ -461,15 +474,26 @@ def _call_tracker(tracking_uri: str, results_dir: str, name: str, args: tuple):
         tracker = _SERVED.get((tracking_uri, results_dir))
         if tracker is None:
             tracker = _SERVED[(tracking_uri, results_dir)] = Tracker(tracking_uri, results_dir)
-        return getattr(tracker, name)(*args)
+        return None if name is None else getattr(tracker, name)(*args)   # None: open the store only
     except Exception as err:
         raise TrackingError(type(err).__name__, str(err)) from None
+
+
+_STOP = object()   # TrialLogWriter's queue: the thread ends here
+
+
+@dataclasses.dataclass
+class _Job:
+    """Work for TrialLogWriter's thread besides trial runs (`_TrialLogging.later`)."""
+
+    run: Callable[[], Any]
+    on_error: Callable[[Exception], None]
 
 
 class TrialLogWriter:
     """One background thread that logs trial runs in order, so the driver's trial hook (orchestrator/tune.py
     RecordingScheduler -> LiveRecorder) returns after the ledger write (the record) instead of after ~5 MLflow round
-    trips per trial (benchmarks/orchestration_overhead.py);
+    trips per trial (benchmarks/orchestration_overhead.py); jobs (`_TrialLogging.later`) run on it in their turn.
     `flush()` waits for the queue. After a store failure the rest are dropped: the ledger has them."""
 
     def __init__(self, tracker: _TrialLogging):
@@ -489,15 +513,18 @@ class TrialLogWriter:
 
     def stop(self) -> None:
         """The thread ends once the items queued before this are logged."""
-        self.queue.put(None)
+        self.queue.put(_STOP)
 
     def _loop(self) -> None:
-        stop = False
-        while not stop:
-            first = self.queue.get()
-            if first is None:
+        held = None   # an item taken while gathering a batch, handled next (a job, or the stop mark)
+        while True:
+            first, held = (self.queue.get() if held is None else held), None
+            if first is _STOP:
                 self.queue.task_done()
                 return
+            if isinstance(first, _Job):
+                self._run_job(first)
+                continue
             items = [first]
             # what queues within half a second goes in one transaction (Tracker.log_trials): logging one run at a
             # time kept this thread busy 60% of the time at 4,270 no-op trials, slowing Tune's loop on the GIL
@@ -507,28 +534,40 @@ class TrialLogWriter:
                     item = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
-                if item is None:
-                    self.queue.task_done()
-                    stop = True
+                if item is _STOP or isinstance(item, _Job):
+                    held = item
                     break
                 items.append(item)
             try:
                 if self.failed is None:
                     self._log(items)
             except Exception as err:  # tracking trouble never loses a result: the ledger has it
-                self.failed = err
-                try:
-                    items[0][4](err)
-                except Exception:
-                    pass
+                self._failed(err, items[0][4])
             finally:
                 for _ in items:
                     self.queue.task_done()
 
+    def _run_job(self, job: _Job) -> None:
+        try:
+            if self.failed is None:
+                job.run()
+        except Exception as err:
+            self._failed(err, job.on_error)
+        finally:
+            self.queue.task_done()
+
+    def _failed(self, err: Exception, on_error: Callable[[Exception], None]) -> None:
+        self.failed = err
+        try:
+            on_error(err)
+        except Exception:
+            pass
+
     def _log(self, items: list[tuple]) -> None:
         groups: dict[tuple[str, str], list[tuple]] = {}
         for item in items:
-            groups.setdefault((item[0], item[1]), []).append(item)
+            parent = item[0]() if callable(item[0]) else item[0]
+            groups.setdefault((parent, item[1]), []).append(item)
         for (parent, grid_name), group in groups.items():
             try:
                 rids = self.tracker.log_trials(parent, grid_name, [g[2] for g in group])

@@ -112,3 +112,78 @@ def test_tracker_process_logs_as_the_tracker_does_and_survives_ctrl_c(tmp_path):
         other.close()
     finally:
         proc.close()
+
+
+def test_a_job_runs_in_its_turn_and_the_caller_does_not_wait(tmp_path):
+    """`later` (submit's parent run and first sync, orchestrator/submit.py `open_store`): the job runs on the writer's
+    thread while the caller goes on; trials queued after it are logged after it, under the parent run it started (a
+    callable parent, read on that thread). A job that fails is reported once through its `on_error`, and what
+    follows is dropped (the ledger has it)."""
+    import threading
+
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path)
+    grid = type("G", (), {"name": "g", "source": str(tmp_path / "g.yaml")})()
+    release, started, order, errors = threading.Event(), {}, [], []
+
+    def open_run():
+        assert release.wait(30)   # the store is slow to start: the caller must not be waiting here
+        started["parent"] = tracker.start_parent(grid, "name: g\n", {})
+        order.append("parent")
+
+    tracker.later(open_run, errors.append)
+    entries = [_entry(i) for i in range(5)]
+    for e in entries:
+        tracker.log_trial_later(lambda: started["parent"], "g", e, lambda rid, k=e["key"]: order.append((k, rid)),
+                                errors.append)
+    assert order == [] and "parent" not in started   # everything queued, nothing logged yet
+    release.set()
+    tracker.flush()
+    assert not errors and order[0] == "parent" and [k for k, _ in order[1:]] == [e["key"] for e in entries]
+    assert {_view(tracker, rid)["parent"] for _, rid in order[1:]} == {started["parent"]}
+
+    broken = Tracker(f"sqlite:///{tmp_path / 'other.db'}", tmp_path / "other")
+    logged: list = []
+
+    def store_down():
+        raise RuntimeError("store down")
+
+    broken.later(store_down, errors.append)
+    for e in entries:
+        broken.log_trial_later(lambda: "never", "g", e, logged.append, errors.append)
+    broken.flush()
+    assert [str(e) for e in errors] == ["store down"] and logged == []
+    tracker.close()
+    broken.close()
+
+
+def test_a_sync_beside_the_trials_compares_the_ledger_as_it_was(tmp_path):
+    """`submit` syncs the store on the tracker's thread while its trials already run. A trial that re-runs a failed
+    cell rewrites the cell's entry meanwhile: the sync logs the failed attempt it compared (read before the trials
+    started, `ledger_as_of`), not the new result, which the trial's own logging logs once."""
+    import io
+    import types
+
+    from rich.console import Console
+
+    from orchestrator.ledger import TrialLedger
+    from orchestrator.submit import ledger_as_of, sync_store
+    from orchestrator.tracking import store_key
+
+    ledger = TrialLedger(tmp_path / "ledger")
+    failed, other = _entry(0, "failed"), _entry(1)
+    ledger.put(failed)
+    ledger.put(other)
+    rerun, kept = TrialSpec.from_dict(failed["spec"]), TrialSpec.from_dict(other["spec"])
+    plan = types.SimpleNamespace(grid=types.SimpleNamespace(name="g"), trials=[rerun, kept])
+    as_of = ledger_as_of(plan, ledger, [rerun])   # before the trials start
+    new = ledger.put(_entry(0))                   # the re-run's result, in the ledger before the sync reads it
+
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path)
+    grid = type("G", (), {"name": "g", "source": str(tmp_path / "g.yaml")})()
+    parent = tracker.start_parent(grid, "name: g\n", {})
+    assert sync_store(tracker, plan, ledger, lambda: parent, Console(file=io.StringIO()), as_of) == 2
+    ledger.record_run(rerun.key, store_key(tracker.uri), tracker.log_trial(parent, "g", new), new)   # its own run
+
+    runs = tracker.client.search_runs([tracker.experiment("g")], "tags.`mlvp.kind` = 'trial'")
+    assert sorted((r.data.tags["mlvp.trial_key"], r.data.tags["mlvp.status"]) for r in runs) == sorted(
+        [(rerun.key, "failed"), (rerun.key, "ok"), (kept.key, "ok")])
