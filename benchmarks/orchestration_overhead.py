@@ -24,7 +24,12 @@ Each side runs in a fresh interpreter of its own (`--side plain|ours`, one local
 (50 plain Tune trials: Ray started, Tune imported, workers up). In one process, ours ran in the memory plain Tune had
 just freed (its ~290 MB of Trial objects) and its RSS growth read ~3x too low (benchmarks/RESULTS.md section 15).
 
-    python benchmarks/orchestration_overhead.py [--trials 4270] [--num-cpus 4] [--wave 1000] [--profile out.prof]
+    python benchmarks/orchestration_overhead.py [--trials 4270] [--repeat 2] [--num-cpus 4] [--wave 1000]
+                                                [--profile out.prof]
+
+`--repeat N` runs each side N times, alternated (plain, ours, plain, ...), and takes the ratio of the medians: on
+this 2-core machine one run of plain Tune took 62-78 s between runs of the same code (benchmarks/RESULTS.md
+section 15).
 
 `--wave N` is `run_trials`' wave size (trials per `Tuner.fit`, orchestrator/tune.py "Waves"); `--wave 0` runs all
 trials in one Tuner (as before waves existed).
@@ -35,6 +40,8 @@ import argparse
 import cProfile
 import json
 import os
+import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -327,6 +334,9 @@ def main() -> int:
     ap.add_argument("--wave", type=int, default=None,
                     help="trials per Tuner.fit in run_trials (default: its default; 0: one Tuner for all)")
     ap.add_argument("--profile", default=None, help="cProfile our run into this file")
+    ap.add_argument("--repeat", type=int, default=2,
+                    help="runs of each side, alternated (plain, ours, plain, ...); the ratio is of the medians: one "
+                         "run of plain Tune varies by up to 25%% between runs on a 2-core machine")
     ap.add_argument("--work", default=None, help="working folder (default: a temporary one, removed)")
     ap.add_argument("--side", choices=("plain", "ours"), default=None,
                     help="internal: run one side in this process and print its figures as JSON")
@@ -346,19 +356,25 @@ def main() -> int:
     print(f"{args.trials or 'all'} no-op trials; a fresh process and local Ray with {args.num_cpus} logical CPUs per "
           f"side; {os.cpu_count()} cores ({cpu}); wave {args.wave if args.wave is not None else 'default'}; load "
           f"average {os.getloadavg()[0]:.1f}", flush=True)
-    plain = run_side("plain", args, work)
-    n, t_plain = plain["trials"], plain["seconds"]
-    print(f"plain Tune: {t_plain:.1f} s ({n / t_plain:.1f} trials/s); driver RSS +{plain['growth_end_mb']:.0f} MB at "
-          f"the end, peak +{plain['growth_peak_mb']:.0f} MB (after the warm-up, at {plain['rss_base_mb']:.0f} MB)",
-          flush=True)
-    mine = run_side("ours", args, work)
-    t_ours = mine["seconds"]
-    print(f"ours:       {t_ours:.1f} s ({mine['recorded']} trials in the ledger and MLflow, tables written; setup "
-          f"{mine['setup_s']:.1f} s, Tune {mine['trials_s']:.1f} s, finish incl. the MLflow queue "
-          f"{mine['finish_s']:.1f} s); driver RSS +{mine['growth_end_mb']:.0f} MB at the end, peak "
-          f"+{mine['growth_peak_mb']:.0f} MB (after the warm-up, at {mine['rss_base_mb']:.0f} MB), of which setup "
-          f"(plan, ledger, the tracking process started) +{mine['setup_growth_mb']:.0f} MB and the trials "
-          f"+{mine['growth_peak_mb'] - mine['setup_growth_mb']:.0f} MB")
+    plains, mines = [], []
+    for i in range(args.repeat):   # alternated, so a slow spell of the machine falls on both sides
+        tag = f" (run {i + 1} of {args.repeat})" if args.repeat > 1 else ""
+        shutil.rmtree(work / "plain", ignore_errors=True)
+        plain = run_side("plain", args, work)
+        plains.append(plain)
+        n, t_plain = plain["trials"], plain["seconds"]
+        print(f"plain Tune{tag}: {t_plain:.1f} s ({n / t_plain:.1f} trials/s); driver RSS "
+              f"+{plain['growth_end_mb']:.0f} MB at the end, peak +{plain['growth_peak_mb']:.0f} MB (after the "
+              f"warm-up, at {plain['rss_base_mb']:.0f} MB)", flush=True)
+        shutil.rmtree(work / "results", ignore_errors=True)
+        mine = run_side("ours", args, work)
+        mines.append(mine)
+        print(f"ours{tag}:       {mine['seconds']:.1f} s ({mine['recorded']} trials in the ledger and MLflow, tables "
+              f"written; setup {mine['setup_s']:.1f} s, Tune {mine['trials_s']:.1f} s, finish incl. the MLflow queue "
+              f"{mine['finish_s']:.1f} s); driver RSS +{mine['growth_end_mb']:.0f} MB at the end, peak "
+              f"+{mine['growth_peak_mb']:.0f} MB (after the warm-up, at {mine['rss_base_mb']:.0f} MB), of which "
+              f"setup (plan, ledger, the tracking process started) +{mine['setup_growth_mb']:.0f} MB and the "
+              f"trials +{mine['growth_peak_mb'] - mine['setup_growth_mb']:.0f} MB", flush=True)
     # MLflow (orchestrator/tracking.py TrackerProcess), the tables and the report (orchestrator/outputs.py) run in
     # processes of their own: their peaks, apart from the driver's
     print(f"ours, MLflow in its tracking process (imported by the driver: {mine['driver_imported_mlflow']}): peak "
@@ -366,11 +382,16 @@ def main() -> int:
           f"their child process: peak RSS {mine['outputs_peak_mb'] or 0:.0f} MB (processes of their own, not the "
           "driver's)")
     print("ours, driver RSS over time (s: +MB): " + ", ".join(f"{t}: +{r}" for t, r in mine["trace"]))
+    t_plain = statistics.median(p["seconds"] for p in plains)
+    t_ours = statistics.median(m["seconds"] for m in mines)
     ratio = t_ours / t_plain
-    growth = mine["growth_peak_mb"]
-    print(f"wall time ratio ours / plain Tune: {ratio:.2f}x (goal <= 1.2x: {'met' if ratio <= 1.2 else 'NOT met'}); "
-          f"driver RSS growth {growth:.0f} MB (goal <= 100 MB: {'met' if growth <= 100 else 'NOT met'}); "
-          f"load average at the end {os.getloadavg()[0]:.1f}")
+    growth = max(m["growth_peak_mb"] for m in mines)
+    what = "ratio of the medians" if args.repeat > 1 else "ratio"
+    pairs = (" (run by run: " + ", ".join(f"{m['seconds'] / p['seconds']:.2f}x" for p, m in zip(plains, mines)) + ")"
+             if args.repeat > 1 else "")
+    print(f"wall time {what} ours / plain Tune: {ratio:.2f}x{pairs} (goal <= 1.2x: "
+          f"{'met' if ratio <= 1.2 else 'NOT met'}); driver RSS growth {growth:.0f} MB at most (goal <= 100 MB: "
+          f"{'met' if growth <= 100 else 'NOT met'}); load average at the end {os.getloadavg()[0]:.1f}")
     if not args.trials:
         t_re, to_run = resubmit(grid_path, work / "results")
         print(f"re-submit with the ledger full: {t_re:.1f} s ({to_run} to run; MLflow checked, tables rebuilt)")

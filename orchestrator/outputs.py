@@ -7,8 +7,9 @@ at once, after a Tune loop that had stayed flat (benchmarks/RESULTS.md section 1
 must not take the driver down with it. The child is a fresh interpreter (`python -m orchestrator.outputs`), not a
 fork: the driver runs Ray's and MLflow's threads, and a forked copy of their locks can hang; nor multiprocessing's
 "spawn", which re-runs the caller's main script in the child. It costs one interpreter start and the imports (~1 s
-of CPU), once per submission. The ledger stays the record either way: `python -m orchestrator report GRID`
-writes the same files in its own process.
+of CPU), once per submission. The child, which runs no threads, forks once more to draw the report's severity
+figures while it writes the tables and the rest (orchestrator/report.py `severity_apart`). The ledger stays the record
+either way: `python -m orchestrator report GRID` writes the same files in its own process.
 """
 from __future__ import annotations
 
@@ -46,8 +47,10 @@ def _peak_rss_mb() -> float | None:
         return None
 
 
-def write_outputs(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Path) -> Outputs:
-    """The tables, then the report, in this process. A failed report leaves the tables (`report_error`)."""
+def write_outputs(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Path, apart: bool = False) -> Outputs:
+    """The tables, then the report, in this process. A failed report leaves the tables (`report_error`). `apart`:
+    the report's severity figures in a forked process (orchestrator/report.py `severity_apart`), for a process
+    with no threads of its own (`_child`)."""
     from orchestrator.ledger import TrialLedger
     from orchestrator.results import write_tables
 
@@ -56,13 +59,22 @@ def write_outputs(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Pat
     entries = ledger.entries((t.key for t in specs), lists=False)
     out = Outputs(ok=sum(e["status"] == "ok" for e in entries), failed=sum(e["status"] == "failed" for e in entries),
                   present=len(entries))
-    out.files = write_tables(entries, grid_dir, grid)
-    try:
-        from orchestrator.report import write_report
+    severity = df = None
+    try:   # the report's severity figures draw in a forked process while this one writes the tables
+        from orchestrator.report import clear_plots, planned_rows, severity_apart
 
-        out.files += write_report(grid, specs, entries, grid_dir, ledger)
+        df = planned_rows(specs, entries)
+        severity = severity_apart(grid, df, clear_plots(grid_dir)) if apart else None
     except Exception as err:  # a plot must not cost the tables: `report GRID` rebuilds it
         out.report_error = f"{type(err).__name__}: {err}"
+    out.files = write_tables(entries, grid_dir, grid)
+    if out.report_error is None:
+        try:
+            from orchestrator.report import write_report
+
+            out.files += write_report(grid, specs, entries, grid_dir, ledger, severity=severity, df=df)
+        except Exception as err:
+            out.report_error = f"{type(err).__name__}: {err}"
     out.peak_rss_mb = _peak_rss_mb()
     return out
 
@@ -101,7 +113,7 @@ def _child(job: str, answer: str) -> int:
     Outputs) or (False, the exception) into ANSWER."""
     grid, specs, grid_dir, ledger_root = pickle.loads(Path(job).read_bytes())
     try:
-        value = (True, write_outputs(grid, specs, grid_dir, ledger_root))
+        value = (True, write_outputs(grid, specs, grid_dir, ledger_root, apart=True))
     except Exception as err:
         value = (False, err)
     Path(answer).write_bytes(pickle.dumps(value))

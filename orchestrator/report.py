@@ -21,10 +21,11 @@ from __future__ import annotations
 import base64
 import html
 import math
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -339,6 +340,30 @@ def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
     return files
 
 
+def severity_apart(grid, df: pd.DataFrame, plots_dir: Path) -> Callable[[], list[Path]]:
+    """`plot_severity` started in a forked process, to draw beside the tables and the rest of the report (the
+    full matrix's ten 12-panel figures are about half of writing its outputs: benchmarks/RESULTS.md section 15);
+    returns a call that waits for its files. In this process where there is one core or no fork. Only for a
+    process that runs no threads of its own (orchestrator/outputs.py's child): a fork copies no thread."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if cores < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        files = plot_severity(grid, df, plots_dir)
+        return lambda: files
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+    future = pool.submit(plot_severity, grid, df, plots_dir)
+
+    def files() -> list[Path]:
+        try:
+            return future.result()
+        finally:
+            pool.shutdown()
+
+    return files
+
+
 def _severity_figure(plt, nrow: int, ncol: int, n: int):
     fig, axes = plt.subplots(nrow, ncol, figsize=(3.0 * ncol, 2.4 * nrow), squeeze=False, sharey=True)
     for ax in list(axes.flat)[:n]:
@@ -564,19 +589,30 @@ def _img(path: Path) -> str:
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
 
 
+def clear_plots(grid_dir: Path) -> Path:
+    """The report's plots folder, emptied: plots of cells no longer in the grid must not linger."""
+    plots_dir = grid_dir / REPORT_DIR / "plots"
+    if plots_dir.exists():
+        shutil.rmtree(plots_dir)
+    plots_dir.mkdir(parents=True)
+    return plots_dir
+
+
 def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], grid_dir: Path,
-                 ledger=None) -> list[Path]:
+                 ledger=None, *, severity: Callable[[], list[Path]] | None = None,
+                 df: pd.DataFrame | None = None) -> list[Path]:
     """Write results/<grid>/report/ (index.html, report.md, report_tables.parquet, plots/*.png); returns the
     files. Also keeps where the grid file is (`grid_source.txt`) and a copy (`grid.yaml`) beside the results,
     so `report NAME` finds the grid by its name. Entries read without their per-query lists
-    (`TrialLedger.entries(lists=False)`) get them back from `ledger` for the plotted cell only."""
+    (`TrialLedger.entries(lists=False)`) get them back from `ledger` for the plotted cell only. `severity`: the
+    severity figures' files, drawn elsewhere into the cleared plots folder (`severity_apart`), and `df` the
+    `planned_rows` they were drawn from."""
     out = grid_dir / REPORT_DIR
     plots_dir = out / "plots"
-    if plots_dir.exists():
-        shutil.rmtree(plots_dir)   # plots of cells no longer in the grid must not linger
-    out.mkdir(parents=True, exist_ok=True)
+    if severity is None:
+        clear_plots(grid_dir)
     _remember_grid(grid, grid_dir)
-    df = planned_rows(specs, entries)
+    df = planned_rows(specs, entries) if df is None else df
     counts = df["status"].value_counts().to_dict() if len(df) else {}
 
     sections: list[tuple[str, list[Table]]] = []
@@ -595,7 +631,7 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
         sections.append(("TTA cost (Table 8)", [cost]))
 
     plots: list[tuple[str, Path]] = []
-    for p in plot_severity(grid, df, plots_dir):
+    for p in (plot_severity(grid, df, plots_dir) if severity is None else severity()):
         plots.append(("R@1 against severity (Fig. 13)", p))
     cell = focus_cell(grid, df)
     if cell is not None and ledger is not None:

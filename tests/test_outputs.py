@@ -46,6 +46,10 @@ def test_child_writes_what_the_driver_would(planned, tmp_path):
 
     assert pq.read_table(tmp_path / "apart" / "trials.parquet").equals(pq.read_table(tmp_path / "here" /
                                                                                       "trials.parquet"))
+    # the child draws the severity figures in a forked process of its own (report.severity_apart): same pixels
+    severity = sorted(f for f in rel if "/r1_severity_" in f)
+    assert severity and all((tmp_path / "apart" / f).read_bytes() == (tmp_path / "here" / f).read_bytes()
+                            for f in severity)
 
 
 def test_an_error_in_the_child_is_raised_in_the_driver(planned, tmp_path):
