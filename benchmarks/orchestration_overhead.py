@@ -244,6 +244,7 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     tracker.close()
     marks["tracker_peak_mb"] = tracker_rss.stop() / 2**20
     marks["outputs_peak_mb"] = report.outputs.peak_rss_mb
+    marks["outputs_apart"] = report.outputs.writer_pid != os.getpid()   # a child for a large grid (outputs.py)
     marks["finish_s"] = time.perf_counter() - t_finish
     seconds = time.perf_counter() - t0
     runs = tracker.trial_runs(grid.name)   # every trial reached MLflow, once (not timed)
@@ -298,7 +299,7 @@ def side(args) -> dict:
                 prof.disable()
                 prof.dump_stats(args.profile)
             out.update({k: marks[k] for k in ("setup_s", "trials_s", "finish_s", "outputs_peak_mb",
-                                              "tracker_peak_mb")})
+                                              "outputs_apart", "tracker_peak_mb")})
             out["setup_growth_mb"] = (marks["setup_rss"] - r0) / 2**20
             out["driver_imported_mlflow"] = "mlflow" in sys.modules   # it belongs to the tracking process
         peak, end = rss.stop(), rss.now()
@@ -377,10 +378,10 @@ def main() -> int:
               f"trials +{mine['growth_peak_mb'] - mine['setup_growth_mb']:.0f} MB", flush=True)
     # MLflow (orchestrator/tracking.py TrackerProcess), the tables and the report (orchestrator/outputs.py) run in
     # processes of their own: their peaks, apart from the driver's
+    outputs = (f"tables and report in their child process: peak RSS {mine['outputs_peak_mb'] or 0:.0f} MB"
+               if mine["outputs_apart"] else "tables and report written by the driver (a small grid)")
     print(f"ours, MLflow in its tracking process (imported by the driver: {mine['driver_imported_mlflow']}): peak "
-          f"RSS {mine['tracker_peak_mb']:.0f} MB; tables and report in "
-          f"their child process: peak RSS {mine['outputs_peak_mb'] or 0:.0f} MB (processes of their own, not the "
-          "driver's)")
+          f"RSS {mine['tracker_peak_mb']:.0f} MB (a process of its own, not the driver's); {outputs}")
     print("ours, driver RSS over time (s: +MB): " + ", ".join(f"{t}: +{r}" for t, r in mine["trace"]))
     t_plain = statistics.median(p["seconds"] for p in plains)
     t_ours = statistics.median(m["seconds"] for m in mines)

@@ -1,15 +1,17 @@
 """A grid's outputs besides the ledger: its tables (orchestrator/results.py) and its report (orchestrator/report.py),
 both written from the ledger, and the counts the MLflow parent run is closed with.
 
-At the end of `submit` they are written by a child process (`write_outputs_apart`), not by the driver: at the full
-matrix's size the tables' frames and the report's plots (matplotlib, the per-cell frame) grew the driver by ~127 MB
-at once, after a Tune loop that had stayed flat (benchmarks/RESULTS.md section 15), and a crash in a plot library
-must not take the driver down with it. The child is a fresh interpreter (`python -m orchestrator.outputs`), not a
-fork: the driver runs Ray's and MLflow's threads, and a forked copy of their locks can hang; nor multiprocessing's
-"spawn", which re-runs the caller's main script in the child. It costs one interpreter start and the imports (~1 s
-of CPU), once per submission. The child, which runs no threads, forks once more to draw the report's severity
-figures while it writes the tables and the rest (orchestrator/report.py `severity_apart`). The ledger stays the record
-either way: `python -m orchestrator report GRID` writes the same files in its own process.
+At the end of `submit` of a large grid they are written by a child process (`write_outputs_apart`), not by the
+driver (`write_grid_outputs`): at the full matrix's size the tables' frames and the report's plots (matplotlib, the
+per-cell frame) grew the driver by ~127 MB at once, after a Tune loop that had stayed flat (benchmarks/RESULTS.md
+section 15), and in a child not even a crash in a plot library can take the driver down. A small grid's are written
+in the driver, where the child's start would cost more than they do. The child is a fresh interpreter (`python -m
+orchestrator.outputs`), not a fork: the driver runs Ray's and MLflow's threads, and a forked copy of their locks can
+hang; nor multiprocessing's "spawn", which re-runs the caller's main script in the child. It costs one interpreter
+start and the imports (~1.5 s of CPU), once per submission. The child, which runs no threads, forks once more to
+draw the report's severity figures while it writes the tables and the rest (orchestrator/report.py
+`severity_apart`). The ledger stays the record either way: `python -m orchestrator report GRID` writes the same
+files in its own process.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ class Outputs:
     report_error: str | None = None   # the report failed (the tables were written): its one-line cause
     error: str | None = None          # nothing was written: the one-line cause
     peak_rss_mb: float | None = None  # the writing process's peak resident memory (Linux), for the benchmarks
+    writer_pid: int | None = None     # the process that wrote them
 
 
 def _peak_rss_mb() -> float | None:
@@ -75,8 +78,21 @@ def write_outputs(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Pat
             out.files += write_report(grid, specs, entries, grid_dir, ledger, severity=severity, df=df)
         except Exception as err:
             out.report_error = f"{type(err).__name__}: {err}"
-    out.peak_rss_mb = _peak_rss_mb()
+    out.peak_rss_mb, out.writer_pid = _peak_rss_mb(), os.getpid()
     return out
+
+
+APART_FROM_TRIALS = 500   # grids with more trials than this get their outputs written by a child process
+
+
+def write_grid_outputs(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Path) -> Outputs:
+    """`submit`'s outputs: in a child process (`write_outputs_apart`) for a grid of more than APART_FROM_TRIALS
+    trials, in this process below it. A child costs ~1.5 CPU-s to start (an interpreter, pandas, pyarrow,
+    matplotlib), which only a large grid's frames and plots repay; at a few hundred trials they grow this process
+    by a few MB beyond matplotlib's import (benchmarks/RESULTS.md section 15)."""
+    if len(specs) > APART_FROM_TRIALS:
+        return write_outputs_apart(grid, specs, grid_dir, ledger_root)
+    return write_outputs(grid, specs, grid_dir, ledger_root)
 
 
 def write_outputs_apart(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Path) -> Outputs:

@@ -302,7 +302,7 @@ def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
     most of its time in matplotlib making its axes and tick objects, and the full matrix has ten such figures
     (benchmarks/RESULTS.md section 15)."""
     plt = _plt()
-    qs = df[(df["scenario"] == QS) & (df["status"] == "ok") & (df["mix"].fillna("") == "")] if len(df) else df
+    qs = _qs_ok(df)
     files = []
     figures: dict[tuple[int, int, int], Any] = {}
     try:
@@ -340,16 +340,24 @@ def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
     return files
 
 
+def _qs_ok(df: pd.DataFrame) -> pd.DataFrame:
+    """The query-shift cells that ran ok, mixes aside: what the severity figures and the focus cell read."""
+    return df[(df["scenario"] == QS) & (df["status"] == "ok") & (df["mix"].fillna("") == "")] if len(df) else df
+
+
 def severity_apart(grid, df: pd.DataFrame, plots_dir: Path) -> Callable[[], list[Path]]:
     """`plot_severity` started in a forked process, to draw beside the tables and the rest of the report (the
     full matrix's ten 12-panel figures are about half of writing its outputs: benchmarks/RESULTS.md section 15);
-    returns a call that waits for its files. In this process where there is one core or no fork. Only for a
-    process that runs no threads of its own (orchestrator/outputs.py's child): a fork copies no thread."""
+    returns a call that waits for its files. In this process where there is one core, no fork, or one figure to
+    draw. Only for a process that runs no threads of its own (orchestrator/outputs.py's child): a fork copies no
+    thread."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if cores < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    cells = _qs_ok(df)
+    figures = cells.groupby(["dataset", "direction", "backbone"]).ngroups if len(cells) else 0
+    if cores < 2 or figures < 2 or "fork" not in multiprocessing.get_all_start_methods():
         files = plot_severity(grid, df, plots_dir)
         return lambda: files
     pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
@@ -382,7 +390,7 @@ def focus_cell(grid, df: pd.DataFrame) -> dict[str, Any] | None:
     """The cell the per-cell figures show: the first (dataset, direction, backbone) with a clean Source trial, at
     the worst Source R@1 among the shifted cells, with the adapted row HAT-VTR where the grid has it, else the first
     method after Source. Returns the three trials: clean, shifted (Source), adapted."""
-    qs = df[(df["scenario"] == QS) & (df["status"] == "ok") & (df["mix"].fillna("") == "")] if len(df) else df
+    qs = _qs_ok(df)
     if not len(qs):
         return None
     adapted = next((m for m in ("hat_vtr", *_row_order(grid)) if m != "source" and m in set(qs["row"])), None)

@@ -41,7 +41,7 @@ from rich.markup import escape
 from orchestrator.grid import GridSpec, load_grid
 from orchestrator.ledger import TrialLedger
 from orchestrator.plan import Paths, Plan, build_plan, missing_videos, plan_for_sizing
-from orchestrator.outputs import write_outputs_apart
+from orchestrator.outputs import write_grid_outputs
 from orchestrator.tracking import Tracker, TrackerProcess, check_store, default_tracking_uri, error_name, store_key
 from workloads.spec import CLEAN, TrialSpec
 
@@ -690,8 +690,9 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
     paths = plan.paths
     if tracker is not None:
         tracker.flush()   # trial runs still queued on its thread (LiveRecorder): their run ids reach the ledger first
-    # tables and report in a child process: the driver does not grow by their frames and plots (orchestrator/outputs.py)
-    outputs = write_outputs_apart(grid, plan.trials, paths.grid_dir(grid.name), paths.ledger)
+    # tables and report, in a child process for a large grid: the driver does not grow by their frames and plots
+    # (orchestrator/outputs.py)
+    outputs = write_grid_outputs(grid, plan.trials, paths.grid_dir(grid.name), paths.ledger)
     if outputs.error:
         console.print(f"[red]tables and report not written ({outputs.error}); the ledger has every result: "
                       f"python -m orchestrator report {grid.source}[/]")

@@ -52,6 +52,19 @@ def test_child_writes_what_the_driver_would(planned, tmp_path):
                             for f in severity)
 
 
+def test_a_small_grid_is_written_here_a_large_one_apart(planned, tmp_path, monkeypatch):
+    """`submit` writes a small grid's outputs in its own process (a child's start costs more than they do) and a
+    large grid's in a child (outputs.write_grid_outputs)."""
+    from orchestrator import outputs
+
+    assert len(planned.trials) <= outputs.APART_FROM_TRIALS
+    small = outputs.write_grid_outputs(planned.grid, planned.trials, tmp_path / "small", planned.paths.ledger)
+    monkeypatch.setattr(outputs, "APART_FROM_TRIALS", len(planned.trials) - 1)
+    large = outputs.write_grid_outputs(planned.grid, planned.trials, tmp_path / "large", planned.paths.ledger)
+    assert small.writer_pid == os.getpid() and large.writer_pid not in (None, os.getpid())
+    assert [f.name for f in small.files] == [f.name for f in large.files] and small.ok == large.ok == 4
+
+
 def test_an_error_in_the_child_is_raised_in_the_driver(planned, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
