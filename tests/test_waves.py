@@ -129,16 +129,18 @@ def test_first_pending_scheduler_chooses_as_tunes_fifo_scheduler():
     assert ours._finished_prefix > 100                      # and the finished prefix was skipped
 
 
-@pytest.mark.parametrize("cpus, waves", [(2, 2), (3, 1)], ids=["producer-blocked", "producer-runs"])
-def test_an_idle_wave_gives_its_actors_back_to_the_producers(tmp_path, cpus, waves):
+@pytest.mark.parametrize("cpus, producer_cpus, waves", [(2, 2, 2), (3, 1, 1)],
+                         ids=["producer-blocked", "producer-runs"])
+def test_an_idle_wave_gives_its_actors_back_to_the_producers(tmp_path, cpus, producer_cpus, waves):
     """With no trial running and none ready, Tune blocks up to 600 s asking the searcher for the next one without
     stepping its actor manager (ray/tune/execution/tune_controller.py `_update_trial_queue`): its cached trial actor
     and the one it is stopping keep their CPUs. A producer (a render actor) that needs one of those CPUs then never
     starts, its input never comes, and the run stalled for 10 minutes (tests/test_check.py did, 2 runs in 6 on CI).
-    Here two trials run on the cluster; the third waits for an input made by a 1-CPU task started once both are
-    done. On 2 CPUs the idle wave must end and free its actors, the task run, and a next wave run the third trial.
-    On 3 CPUs the task runs beside the idle actors: the wave keeps them and runs the third trial itself (a new wave
-    costs a new Tuner.fit and cold trial actors)."""
+    Here two trials run on the cluster; the third waits for an input made by a task started once both are done. On
+    2 CPUs a 2-CPU task needs the CPU of the actor Tune caches: the idle wave must end and free its actors, the task
+    run, and a next wave run the third trial. (A 1-CPU task there ran in one wave in 1 CI run of many, when Tune had
+    already stopped its second actor: no stall to prevent then.) On 3 CPUs a 1-CPU task runs beside the idle actors:
+    the wave keeps them and runs the third trial itself (a new wave costs a new Tuner.fit and cold trial actors)."""
     import ray
 
     from orchestrator import ray_env
@@ -149,7 +151,7 @@ def test_an_idle_wave_gives_its_actors_back_to_the_producers(tmp_path, cpus, wav
     gate = ReadyGate(specs, lambda t: ["made"] if t.seed == 2 else [])
     results: list[int] = []
 
-    @ray.remote(num_cpus=1)
+    @ray.remote(num_cpus=producer_cpus)
     def producer():   # longer than an idle wave waits before it asks whether a producer is blocked
         import time
 
