@@ -5,7 +5,6 @@ collects the rows and writes the files. Cells that never ran are missing in ever
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Iterable
@@ -15,10 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from orchestrator.scenarios.base import ResultTable, TableOrder
-from workloads.spec import TrialSpec
+from workloads.spec import SPEC_FIELDS
 
 # every field of a trial spec is a column (a new field appears here, in MLflow params and in the ledger by itself)
-SPEC_COLUMNS = [f.name for f in dataclasses.fields(TrialSpec)]
 METRICS = ["R1", "R5", "R10", "MdR", "MnR"]
 HUB = ["hub_skewness", "hub_truncated_skewness", "hub_atkinson", "hub_robin_hood", "hub_antihub_occurrence",
        "hub_hub_occurrence", "hub_max_k_occurrence", "hub_antihub_count"]
@@ -29,7 +27,7 @@ def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for e in entries:
         spec = e["spec"]
-        row = {"key": e["key"], "status": e["status"], **{c: spec.get(c) for c in SPEC_COLUMNS}}
+        row = {"key": e["key"], "status": e["status"], **{c: spec.get(c) for c in SPEC_FIELDS}}
         row["row"] = spec.get("variant") or spec["method"]   # the table row: variant name, else method
         row.update({m: e.get("metrics", {}).get(m) for m in METRICS + HUB})
         row.update({t: e.get("timings", {}).get(t) for t in TIMINGS})
@@ -44,7 +42,7 @@ def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def trials_table(entries: Iterable[dict[str, Any]]) -> pa.Table:
     rows = trial_rows(entries)
-    df = pd.DataFrame(rows, columns=None if rows else ["key", "status", *SPEC_COLUMNS, "row", *METRICS, *HUB])
+    df = pd.DataFrame(rows, columns=None if rows else ["key", "status", *SPEC_FIELDS, "row", *METRICS, *HUB])
     return pa.Table.from_pandas(df, preserve_index=False)
 
 

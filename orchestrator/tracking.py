@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from workloads.spec import TrialSpec
+from workloads.spec import SPEC_FIELDS, TrialSpec
 
 # a dead tracking server must not stall the driver for minutes per trial (MLflow's defaults retry 7 times with
 # back-off): fail a call within seconds; the ledger keeps the result and `sync` logs it later
@@ -31,7 +31,6 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
 # MLflow 3's UI opens experiments without this tag in its GenAI (traces) view; ours are runs to compare
 KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 # every field of a trial spec is a child-run parameter (a new field is logged by itself)
-PARAMS = tuple(f.name for f in dataclasses.fields(TrialSpec))
 # the axes a user filters and groups runs by in the MLflow UI, also as tags (tags are searchable and editable)
 TAG_AXES = ("scenario", "dataset", "source_dataset", "direction", "perturbation", "severity", "method", "variant",
             "backbone", "faithful")
@@ -242,7 +241,7 @@ class Tracker(_TrialLogging):
             tags["mlvp.error"] = entry["error"][:4900]
         run = self.client.create_run(exp, run_name=label, tags=tags)
         rid = run.info.run_id
-        params = {k: spec[k] for k in PARAMS if k in spec}
+        params = {k: spec[k] for k in SPEC_FIELDS if k in spec}
         # R1/R5/R10 = R@1/5/10 in percent (mlflow metric names cannot contain '@')
         metrics = dict(entry.get("metrics", {}))
         metrics.update({f"time_{k}": v for k, v in entry.get("timings", {}).items()})

@@ -112,14 +112,14 @@ class TrialSpec:
 
     def to_dict(self) -> dict[str, Any]:
         # every field is a str, int or bool: no deep copy needed (dataclasses.asdict's took ~0.1 ms a spec)
-        return {name: getattr(self, name) for name in _FIELD_NAMES}
+        return {name: getattr(self, name) for name in SPEC_FIELDS}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrialSpec":
-        unknown = set(d) - set(_FIELD_NAMES)
+        unknown = set(d) - set(SPEC_FIELDS)
         if unknown:
             raise ValueError(f"unknown TrialSpec fields {sorted(unknown)}")
         return cls(**d)
 
 
-_FIELD_NAMES = tuple(f.name for f in fields(TrialSpec))
+SPEC_FIELDS = tuple(f.name for f in fields(TrialSpec))   # in declaration order
