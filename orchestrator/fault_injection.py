@@ -16,6 +16,8 @@ then handed to the driver's `on_trial_error` and recorded in the ledger as faile
 - `MLVP_TEST_TRIAL_HOLD_S`: each trial waits this long in its worker (titled by its cell) before it runs, so that a
   slow observer sees it running (tests/test_report_dashboard.py polls the Ray dashboard, whose answers take seconds
   while a micro trial takes one).
+- `MLVP_TEST_TRIAL_RELEASE`: a file path; the hold ends as soon as it exists, so the observer lets the trials go once
+  it has seen what it waited for, and the hold is only a cap (a fixed hold lost the race on a loaded CI machine).
 """
 from __future__ import annotations
 
@@ -26,8 +28,8 @@ from pathlib import Path
 
 RATE, PERSISTENT, SEED, DIR = ("MLVP_TEST_FAULT_RATE", "MLVP_TEST_FAULT_PERSISTENT", "MLVP_TEST_FAULT_SEED",
                                "MLVP_TEST_FAULT_DIR")
-HOLD = "MLVP_TEST_TRIAL_HOLD_S"
-VARIABLES = (RATE, PERSISTENT, SEED, DIR, HOLD)
+HOLD, RELEASE = "MLVP_TEST_TRIAL_HOLD_S", "MLVP_TEST_TRIAL_RELEASE"
+VARIABLES = (RATE, PERSISTENT, SEED, DIR, HOLD, RELEASE)
 
 
 class InjectedFault(RuntimeError):
@@ -86,9 +88,12 @@ def maybe_fail(key: str) -> None:
 
 
 def hold() -> None:
-    """Wait `MLVP_TEST_TRIAL_HOLD_S` seconds (test-only; a no-op when unset)."""
-    seconds = float(os.environ.get(HOLD) or 0)
-    if seconds > 0:
-        import time
+    """Wait `MLVP_TEST_TRIAL_HOLD_S` seconds, or until the `MLVP_TEST_TRIAL_RELEASE` file exists (test-only; a
+    no-op when unset)."""
+    import time
 
-        time.sleep(seconds)
+    seconds = float(os.environ.get(HOLD) or 0)
+    release = os.environ.get(RELEASE)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not (release and os.path.exists(release)):
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))

@@ -44,16 +44,17 @@ def _find(obj, key: str):
 def test_running_trials_are_listed_by_cell_name(tmp_path, shared_cache):
     grid = write_micro_grid(tmp_path / "dash.yaml", name="dash", backbones="[clip4clip]", methods="[source, tent]",
                             perturbations="[gaussian_noise, fog]", severities="[1, 5]")
-    results = tmp_path / "results"
+    results, release = tmp_path / "results", tmp_path / "release-the-trials"
     plan = build_plan(load_grid(grid), Paths.make(results, shared_cache))
     expected = {run_name(t.to_dict()) for t in plan.trials}
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", str(grid), "--results-dir", str(results),
                              "--cache-dir", str(shared_cache), "--num-cpus", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            # each trial waits 3 s titled by its cell: the dashboard answers in seconds, a micro
-                            # trial on a warm cache takes one (the test saw none running on a quiet machine)
+                            # each trial waits, titled by its cell, until this test has seen two trials by name (at
+                            # most 60 s): the dashboard answers in seconds, a micro trial on a warm cache takes one
+                            # (a fixed 3 s hold let a loaded CI machine see only one)
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]),
-                                 "MLVP_TEST_TRIAL_HOLD_S": "3"})
+                                 "MLVP_TEST_TRIAL_HOLD_S": "60", "MLVP_TEST_TRIAL_RELEASE": str(release)})
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
@@ -81,6 +82,8 @@ def test_running_trials_are_listed_by_cell_name(tmp_path, shared_cache):
                         title = " ".join(w.get("cmdline") or []).strip()
                         if title.startswith("ray::trial "):
                             seen.add(title[len("ray::trial "):])
+                    if len(seen) >= 2:
+                        release.touch()
             except OSError:  # the dashboard is still starting
                 pass
             time.sleep(0.25)
