@@ -117,7 +117,7 @@ class ModelPlan:
     def path(self, paths: Paths, data_version: str) -> Path:
         if self.given_path:
             return Path(self.given_path).expanduser().resolve()
-        from workloads.backbones.finetune import checkpoint_path
+        from workloads.backbones.finetune_config import checkpoint_path
 
         return checkpoint_path(self.finetune, self.train_dataset, data_version, paths.models)
 
@@ -213,7 +213,7 @@ def _dataset_plan(grid: GridSpec, paths: Paths, name: str, options: dict | None 
 
 def _plan_models(grid: GridSpec, datasets: dict[str, DatasetPlan], sources: list[str], paths: Paths
                  ) -> dict[tuple[str, str], ModelPlan]:
-    from workloads.backbones.finetune import FinetuneConfig
+    from workloads.backbones.finetune_config import FinetuneConfig
 
     m, ft = grid.models, grid.models.finetune
     base_init = _file_version(m.pretrained) if m.pretrained else ""
@@ -249,7 +249,7 @@ def _plan_models(grid: GridSpec, datasets: dict[str, DatasetPlan], sources: list
 def _pretrained_model(grid: GridSpec, datasets: dict[str, DatasetPlan], paths: Paths) -> ModelPlan:
     """The zero-shot model: the grid's CLIP weights file, else an image-text CLIP pretrained here on single frames of
     `models.zero_shot_pretrain.dataset` (its own caption style; never a video retrieval fine-tune)."""
-    from workloads.backbones.finetune import FinetuneConfig
+    from workloads.backbones.finetune_config import FinetuneConfig
 
     m = grid.models
     if m.pretrained:

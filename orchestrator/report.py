@@ -150,7 +150,7 @@ def _levels(direction: str) -> dict[str, str]:
     from workloads.perturbations.video import VIDEO_PERTURBATIONS
 
     reg = VIDEO_PERTURBATIONS if direction == "v2t" else TEXT_PERTURBATIONS
-    return {n: reg.info(n)["level"] for n in reg.names()}
+    return {n: reg.static_info(n)["level"] for n in reg.names()}
 
 
 def qs_tables(grid, df: pd.DataFrame, metric: str = "R1") -> list[Table]:

@@ -53,8 +53,8 @@ def table_order(grid) -> TableOrder:
     video, text = list(VIDEO_PERTURBATIONS.names()), list(TEXT_PERTURBATIONS.names())
     return TableOrder(backbones=list(grid.backbones), methods=list(grid.methods),
                       perturbations={"v2t": video, "t2v": text},
-                      levels={"v2t": {n: VIDEO_PERTURBATIONS.info(n)["level"] for n in video},
-                              "t2v": {n: TEXT_PERTURBATIONS.info(n)["level"] for n in text}})
+                      levels={"v2t": {n: VIDEO_PERTURBATIONS.static_info(n)["level"] for n in video},
+                              "t2v": {n: TEXT_PERTURBATIONS.static_info(n)["level"] for n in text}})
 
 
 def scenario_tables(grid, df: pd.DataFrame, metric: str | None = None) -> dict[str, list[ResultTable]]:

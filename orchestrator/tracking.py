@@ -763,4 +763,4 @@ def _level(spec: dict[str, Any]) -> str:
 
     name = spec.get("perturbation")
     registry = VIDEO_PERTURBATIONS if spec.get("direction", "v2t") == "v2t" else TEXT_PERTURBATIONS
-    return registry.info(name)["level"] if name in registry else ""
+    return registry.static_info(name)["level"] if name in registry else ""

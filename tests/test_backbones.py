@@ -43,3 +43,40 @@ def test_each_trial_gets_its_own_weights_and_shares_the_tokenizer():
     tokens = ["a red disc moves left"]
     assert torch.equal(first.tokenize(tokens), base.tokenize(tokens))
     assert not torch.allclose(first.encode_text(first.tokenize(tokens)), second.encode_text(second.tokenize(tokens)))
+
+
+_CONFIGS_WITHOUT_OPEN_CLIP = """
+import json, sys
+from workloads.backbones import CHECKPOINT_FORMAT, model_config
+names = json.loads(sys.argv[1])
+configs = {n: model_config(n) for n in names}
+print(json.dumps({"configs": configs, "imported": sorted(m for m in ("open_clip", "torch") if m in sys.modules),
+                  "format": CHECKPOINT_FORMAT}))
+"""
+
+
+def test_model_configs_are_read_without_importing_open_clip_and_equal_its_own():
+    """`plan` and `status` read a model's config (its image size) from the JSON files open_clip and this project
+    ship, without importing open_clip or torch (seconds per command); every config equals open_clip's answer."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import open_clip
+
+    from workloads.backbones import CONFIG_DIR, _register_configs
+    from workloads.backbones.convert import MLVP
+
+    _register_configs()
+    # the shipped configs (a test may have added one at run time to this process's open_clip: tests/test_convert.py)
+    shipped = [Path(open_clip.__file__).parent / "model_configs", CONFIG_DIR]
+    names = sorted({p.stem for folder in shipped for p in folder.glob("*.json")}) + ["no-such-model"]
+    assert {"mlvp-tiny", "mlvp-micro", "ViT-B-32-quickgelu"} <= set(names)
+    out = subprocess.run([sys.executable, "-c", _CONFIGS_WITHOUT_OPEN_CLIP, json.dumps(names)], capture_output=True,
+                         text=True, check=True, cwd=Path(__file__).parents[1])
+    got = json.loads(out.stdout)
+    assert got["imported"] == []
+    assert got["format"] == MLVP
+    for name in names:
+        assert got["configs"][name] == open_clip.get_model_config(name), name

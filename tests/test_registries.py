@@ -34,6 +34,90 @@ def test_registry_lists_every_entry_once_in_table_order(kind):
         reg.lookup("no-such-thing")
 
 
+# every registry's names, read from the source alone and then from the imported entries, in a fresh interpreter
+_NAMES_WITHOUT_IMPORTS = """
+import json, sys
+from orchestrator.scenarios import SCENARIOS
+from workloads.backbones import BACKBONES
+from workloads.datasets import DATASETS
+from workloads.methods import METHODS
+from workloads.perturbations.text import TEXT_PERTURBATIONS
+from workloads.perturbations.video import VIDEO_PERTURBATIONS
+regs = {"method": METHODS, "backbone": BACKBONES, "dataset": DATASETS, "video perturbation": VIDEO_PERTURBATIONS,
+        "text perturbation": TEXT_PERTURBATIONS, "scenario": SCENARIOS}
+declared = {k: list(r.names()) for k, r in regs.items() if k != "text perturbation"}
+heavy = sorted(m for m in ("torch", "cv2", "av", "open_clip", "scipy") if m in sys.modules)
+declared["text perturbation"] = list(TEXT_PERTURBATIONS.names())
+static = {k: {n: r.static_info(n) for n in r.names()} for k, r in regs.items()}
+loaded = {k: [(e.name, e.order) for e in r.load().entries()] for k, r in regs.items()}
+info = {k: {e.name: e.info for e in r.entries()} for k, r in regs.items()}
+print(json.dumps({"declared": declared, "loaded": loaded, "heavy": heavy, "static": static, "info": info}))
+"""
+
+
+def test_names_are_read_from_the_source_without_importing_the_entries():
+    """Listing names imports no entry module (torch, OpenCV, PyAV stay out of `plan` and `status`), and gives the
+    same names, in the same order, as importing every entry does."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run([sys.executable, "-c", _NAMES_WITHOUT_IMPORTS], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parents[1])
+    got = json.loads(out.stdout)
+    assert got["heavy"] == [], f"listing names imported {got['heavy']}"
+    for kind, entries in got["loaded"].items():
+        assert got["declared"][kind] == [n for n, _ in entries], kind
+        assert [o for _, o in entries] == sorted(o for _, o in entries), kind
+        for name, info in got["info"][kind].items():  # what the source says literally is what the import registers
+            static = got["static"][kind][name]
+            both = info.keys() & static.keys()
+            assert {k: static[k] for k in both} == {k: info[k] for k in both}, (kind, name)
+    # the tables and MLflow read each perturbation's level without importing it
+    for kind in ("video perturbation", "text perturbation"):
+        assert all(got["static"][kind][n]["level"] == got["info"][kind][n]["level"] for n in got["declared"][kind])
+    assert got["declared"]["method"][:2] == ["source", "tent"] and len(got["declared"]["video perturbation"]) == 12
+
+
+def test_declarations_are_parsed_and_an_unreadable_module_is_imported(tmp_path, monkeypatch):
+    """A package whose modules declare entries with literal decorators is listed without importing them; a module
+    that registers in a way the parser cannot read (a computed name) is imported to list its names."""
+    pkg = tmp_path / "widgets_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from workloads.registry import Registry\n"
+                                     "WIDGETS = Registry('widget', package='widgets_pkg', "
+                                     "decorators=('register_widget',))\n"
+                                     "register_widget = WIDGETS.register\n")
+    (pkg / "a_static.py").write_text("from widgets_pkg import register_widget\n"
+                                     "@register_widget('spanner', order=2)\nclass Spanner: pass\n"
+                                     "@register_widget('hammer')\ndef hammer(): pass\n")
+    (pkg / "b_dynamic.py").write_text("from widgets_pkg import register_widget\n"
+                                      "for _n, _o in (('saw', 1), ('drill', 3)):\n"
+                                      "    register_widget(_n, order=_o)(object())\n")
+    (pkg / "c_later.py").write_text("from widgets_pkg import register_widget\n"
+                                    "@register_widget('file', order=0)\nclass File: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import sys
+
+    from widgets_pkg import WIDGETS
+
+    assert WIDGETS.names() == ("file", "saw", "spanner", "drill", "hammer")
+    assert "widgets_pkg.b_dynamic" in sys.modules          # read only by importing it
+    assert "widgets_pkg.a_static" not in sys.modules and "widgets_pkg.c_later" not in sys.modules
+    assert "spanner" in WIDGETS and len(WIDGETS) == 5 and "widgets_pkg.a_static" not in sys.modules
+    assert WIDGETS.lookup("spanner").name == "spanner"
+    assert "widgets_pkg.a_static" in sys.modules and "widgets_pkg.c_later" not in sys.modules
+    assert WIDGETS.names() == ("file", "saw", "spanner", "drill", "hammer")   # the same after the import
+    with pytest.raises(ValueError, match="widget 'file' registered twice: widgets_pkg.c_later declares it"):
+        WIDGETS.register("file")(object())
+    with pytest.raises(ValueError, match="unknown widget 'nail'; known widgets: file, saw, spanner, drill, hammer"):
+        WIDGETS.lookup("nail")
+    assert [n for n, _ in WIDGETS.items()] == list(WIDGETS.names())
+    for m in [m for m in sys.modules if m.startswith("widgets_pkg")]:
+        del sys.modules[m]
+
+
 def test_temporary_registration_and_errors():
     reg = Registry("widget")
     reg.register("b", order=1)(object())

@@ -225,7 +225,8 @@ def batch_recall(scores, gt, batch_size: int, ties: str, gallery_groups=None) ->
 
 
 def _environment(ctx: TrialContext) -> dict[str, str]:
-    env = {"host": platform.node(), "python": platform.python_version(), "torch": torch.__version__,
+    # str(): torch.__version__ is a TorchVersion, whose unpickling in the driver (a `check` result) imports torch
+    env = {"host": platform.node(), "python": platform.python_version(), "torch": str(torch.__version__),
            "device": ctx.device, "code_version": CODE_VERSION, "threads": str(torch.get_num_threads())}
     if ctx.device.startswith("cuda") and torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(torch.device(ctx.device))

@@ -2,5 +2,5 @@
 registers one `Scenario` subclass with `@register_scenario(name, order=...)`; `SCENARIOS` is the only list."""
 from workloads.registry import Registry
 
-SCENARIOS = Registry("scenario", package="orchestrator.scenarios")
+SCENARIOS = Registry("scenario", package="orchestrator.scenarios", decorators=("register_scenario",))
 register_scenario = SCENARIOS.register

@@ -70,7 +70,8 @@ class MixedShift(Scenario):
     def _mixable_text() -> list[str]:
         from workloads.perturbations.text import TEXT_PERTURBATIONS
 
-        return [n for n in TEXT_PERTURBATIONS.names() if TEXT_PERTURBATIONS.info(n)["level"] in MIXABLE_TEXT_LEVELS]
+        return [n for n in TEXT_PERTURBATIONS.names()
+                if TEXT_PERTURBATIONS.static_info(n)["level"] in MIXABLE_TEXT_LEVELS]
 
     def _pool(self, grid, part, direction: str, dataset: str) -> tuple[list[str], list[int]]:
         """(types, severities) a query of this direction draws from: video types for v2t; for t2v the text types

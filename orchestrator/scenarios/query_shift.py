@@ -93,7 +93,7 @@ class QueryShift(Scenario):
         from orchestrator.text_render import unavailable_reason
         from workloads.perturbations.text import TEXT_PERTURBATIONS
 
-        return [(p, TEXT_PERTURBATIONS.info(p)["level"]) for p in self.config.text_perturbations
+        return [(p, TEXT_PERTURBATIONS.static_info(p)["level"]) for p in self.config.text_perturbations
                 if unavailable_reason(grid, dataset, p) is None]
 
     def notes(self, grid) -> list[str]:

@@ -17,18 +17,34 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
+import importlib.util
 import json
 import logging
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from workloads.backbones.convert import MLVP as CHECKPOINT_FORMAT
-from workloads.backbones.convert import WeightsError, check_activation, detect_format, load_state, read_weights
-from workloads.backbones.model import VideoTextModel, cosine_similarity
 from workloads.backbones.registry import BACKBONES, register_backbone
 
+if TYPE_CHECKING:
+    import torch
+
+    from workloads.backbones.model import VideoTextModel
+
 CONFIG_DIR = Path(__file__).parent / "model_configs"
+CHECKPOINT_FORMAT = "mlvp-backbone/1"  # convert.MLVP; here too so that reading it does not import torch
+
+# torch (~1 s) is imported by what builds or reads a model, not by this package: listing the backbones, reading a
+# model's config or the package's names must not start it (a grid's validation, `plan`, `status`)
+_LAZY = {"VideoTextModel": "workloads.backbones.model", "cosine_similarity": "workloads.backbones.model",
+         "WeightsError": "workloads.backbones.convert", "detect_format": "workloads.backbones.convert"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @functools.cache
@@ -39,15 +55,27 @@ def _register_configs() -> None:
 
 
 def model_config(clip_model: str) -> dict | None:
-    """The open_clip config of `clip_model` (None when unknown). The project's own models are read from their JSON
-    without importing open_clip (2-4 s), so planning, `status` and `resume` never import it."""
-    own = CONFIG_DIR / f"{clip_model}.json"
-    if own.is_file():
-        return json.loads(own.read_text())
-    import open_clip
+    """The open_clip config of `clip_model` (None when unknown). The project's own models and those open_clip ships
+    are read from their JSON without importing open_clip (2-4 s), so planning, `status` and `resume` never import it
+    (open_clip's registry is those same files: `open_clip.factory._rescan_model_configs`)."""
+    # once open_clip is imported, ask it: configs may have been added at run time (`open_clip.add_model_config`)
+    if "open_clip" not in sys.modules and clip_model and "/" not in clip_model and ":" not in clip_model:
+        for path in _config_files(clip_model):
+            cfg = json.loads(path.read_text())
+            if all(k in cfg for k in ("embed_dim", "vision_cfg", "text_cfg")):
+                return cfg
+        return None
+    import open_clip  # and hf-hub:/local-dir: names, which open_clip resolves
 
     _register_configs()
     return open_clip.get_model_config(clip_model)
+
+
+def _config_files(clip_model: str) -> list[Path]:
+    spec = importlib.util.find_spec("open_clip")  # its folder, without importing it
+    folders = [CONFIG_DIR] + [Path(p) / "model_configs" for p in (spec.submodule_search_locations or [])] if spec \
+        else [CONFIG_DIR]
+    return [f / f"{clip_model}.json" for f in folders if (f / f"{clip_model}.json").is_file()]
 
 
 def list_clip_models() -> list[str]:
@@ -94,6 +122,8 @@ def _build_clip(clip_model: str):
 @functools.lru_cache(maxsize=4)
 def load_checkpoint(path: str) -> dict:
     """Read a checkpoint once per process (a reused Ray worker serves many trials from one file)."""
+    import torch
+
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
@@ -105,6 +135,8 @@ def load_checkpoint(path: str) -> dict:
 
 def is_backbone_checkpoint(path: str | None) -> bool:
     """Whether `path` is a checkpoint in this tool's format ("mlvp-backbone/1")."""
+    from workloads.backbones.convert import detect_format
+
     if path is None:
         return False
     try:
@@ -117,6 +149,9 @@ def create_backbone(name: str, clip_model: str = "mlvp-tiny", pretrained: str | 
                     device: str | torch.device = "cpu", clip_only: bool = False, **pooling_kwargs) -> VideoTextModel:
     """`clip_only=True` takes only the CLIP weights from a retrieval checkpoint of another pooling head (X-Pool
     started from a fine-tuned mean-pooling model, or zero-shot X-Pool = CLIP + identity-initialised head)."""
+    from workloads.backbones.convert import WeightsError, check_activation, detect_format, load_state, read_weights
+    from workloads.backbones.model import VideoTextModel
+
     pooling_cls = BACKBONES.lookup(name)
     fmt = None if pretrained is None else detect_format(pretrained)
     if fmt == CHECKPOINT_FORMAT:
@@ -147,7 +182,7 @@ def create_backbone(name: str, clip_model: str = "mlvp-tiny", pretrained: str | 
 def _load_clip(clip: torch.nn.Module, weights, clip_model: str) -> None:
     import open_clip
 
-    from workloads.backbones.convert import check_dims
+    from workloads.backbones.convert import check_dims, load_state
 
     what = f"{weights.path} ({weights.format}) into open_clip {clip_model!r}"
     if type(clip) is not open_clip.CLIP and weights.format == "open_clip":
@@ -159,6 +194,8 @@ def _load_clip(clip: torch.nn.Module, weights, clip_model: str) -> None:
 
 
 def _from_own_checkpoint(name, clip_model, path, device, clip_only, pooling_kwargs) -> VideoTextModel:
+    from workloads.backbones.model import VideoTextModel
+
     ckpt = load_checkpoint(path)
     whole = ckpt["backbone"] == name and not clip_only
     if ckpt["clip_model"] != clip_model or (ckpt["backbone"] != name and not clip_only):
@@ -182,6 +219,8 @@ def _from_own_checkpoint(name, clip_model, path, device, clip_only, pooling_kwar
 
 def save_backbone(model: VideoTextModel, path: str | Path, **extra) -> None:
     """Write a fine-tuned model in the format `create_backbone(..., pretrained=path)` reads (atomically)."""
+    import torch
+
     from workloads.atomic import atomic_path
 
     path = Path(path)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-MLVP = "mlvp-backbone/1"
+from workloads.backbones import CHECKPOINT_FORMAT as MLVP
 FORMATS = {
     MLVP: "this tool's checkpoint (save_backbone / convert-checkpoint)",
     "open_clip": "open_clip state dict (file or hub folder)",

@@ -13,7 +13,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -24,33 +24,11 @@ import torch.nn.functional as F
 from workloads import CODE_VERSION, FINETUNE_VERSION
 from workloads.atomic import atomic_path, atomic_write_text
 from workloads.backbones import create_backbone, load_checkpoint, save_backbone
+from workloads.backbones.finetune_config import FinetuneConfig, checkpoint_path  # noqa: F401 (re-exported)
 from workloads.backbones.model import VideoTextModel, cosine_similarity
 from workloads.datasets.base import Split
 from workloads.seeding import digest
 from workloads.video_io import VideoDecodeError, read_frames, resize_center_crop
-
-
-@dataclass(frozen=True)
-class FinetuneConfig:
-    backbone: str = "clip4clip"
-    clip_model: str = "mlvp-tiny"
-    init: str = ""                      # identity of the starting weights ("" = random init), part of the key
-    steps: int = 500
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 0.2
-    warmup: float = 0.1                 # fraction of steps
-    train_frames: int = 16              # frames decoded per train video (uniform rule; all 16 of a synthetic clip)
-    frames_per_clip: int = 4            # of those, random frames per clip per step, in order (1 = image-caption)
-    eval_frames: int = 12
-    precision: str = "auto"             # "fp32", "bf16" (autocast), or "auto": bf16 where the device computes it
-                                        # natively, else fp32 (see resolve_precision)
-    seed: int = 0
-    pooling_kwargs: dict = field(default_factory=dict)
-
-    def key(self, dataset: str, data_version: str) -> str:
-        """Content key: config (with the init weights' identity), data version, code version."""
-        return digest({"config": asdict(self), "dataset": dataset, "data": data_version, "code": FINETUNE_VERSION})
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
@@ -241,10 +219,6 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
     save_backbone(model, out_path, record=json.dumps(record))
     log(f"clean test R@1 v2t {metrics['v2t_R1']:.1f} / t2v {metrics['t2v_R1']:.1f} after {train_seconds:.0f}s")
     return record
-
-
-def checkpoint_path(config: FinetuneConfig, dataset: str, data_version: str, cache_dir: str | Path) -> Path:
-    return Path(cache_dir) / f"{config.backbone}-{config.clip_model}-{dataset}-{config.key(dataset, data_version)}.pt"
 
 
 def ensure_finetuned(config: FinetuneConfig, train: Split, test: Split, cache_dir: str | Path, data_version: str,

@@ -2,5 +2,5 @@
 with `@register_backbone(name, order=...)` (order: the row order of the paper's tables)."""
 from workloads.registry import Registry
 
-BACKBONES = Registry("backbone", attr="backbone_name", package="workloads.backbones")
+BACKBONES = Registry("backbone", attr="backbone_name", package="workloads.backbones", decorators=("register_backbone",))
 register_backbone = BACKBONES.register

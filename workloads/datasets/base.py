@@ -117,7 +117,7 @@ def missing_video_report(dataset: VideoTextDataset, split: str = "test", show: i
     return (f"dataset {dataset.name!r}: {len(missing)} of {n_videos} {split} videos missing: {first}{more}")
 
 
-DATASETS = Registry("dataset", package="workloads.datasets")
+DATASETS = Registry("dataset", package="workloads.datasets", decorators=("register_dataset",))
 register_dataset = DATASETS.register
 
 

@@ -6,21 +6,24 @@ registering itself with `@register_method(name, order=...)`. `METHODS` (the regi
 """
 from __future__ import annotations
 
-from workloads.methods.base import (  # noqa: F401
-    ForwardOutput,
-    Gallery,
-    NonFiniteError,
-    QueryBatch,
-    TTAMethod,
-    iter_batches,
-    run_stream,
-)
+import importlib
+from typing import TYPE_CHECKING
+
 from workloads.methods.registry import METHODS, register_method  # noqa: F401
+
+if TYPE_CHECKING:
+    from workloads.methods.base import Gallery, TTAMethod
+
+# the loop's names come from workloads.methods.base on first use: it imports torch (~1 s), which listing or
+# checking method names (a grid's validation, `plan`, `status`) must not
+_FROM_BASE = ("ForwardOutput", "Gallery", "NonFiniteError", "QueryBatch", "TTAMethod", "iter_batches", "run_stream")
 
 
 def __getattr__(name: str):
     if name == "NAMES":  # derived on each access: a method registered later (a plugin, a test) is listed too
         return METHODS.names()
+    if name in _FROM_BASE:
+        return getattr(importlib.import_module("workloads.methods.base"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
