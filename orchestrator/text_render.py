@@ -70,11 +70,12 @@ def needs_stand_in(grid, dataset: str, perturbation: str) -> bool:
 
 def text_assets_version(grid, dataset: str, perturbation: str, stand_in_model: str | None) -> str:
     """Version string of what makes a text set (a TrialSpec's render_assets for a t2v cell)."""
-    import nlpaug
+    from importlib.metadata import version
 
     from workloads.seeding import digest
 
-    parts: dict[str, Any] = {"text_set": TEXT_SET_VERSION, "nlpaug": nlpaug.__version__}
+    # the installed version, read without importing nlpaug (it imports torch: seconds in `plan`); the same string
+    parts: dict[str, Any] = {"text_set": TEXT_SET_VERSION, "nlpaug": version("nlpaug")}
     for k, v in sorted(text_assets(grid, dataset, perturbation).items()):
         paths = v if isinstance(v, list) else [v]
         parts[k] = [_fingerprint(str(p)) for p in paths]

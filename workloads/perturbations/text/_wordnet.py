@@ -78,9 +78,9 @@ def locate(path: str | os.PathLike | None = None) -> str | None:
 
 def missing_reason(path: str | os.PathLike | None = None) -> str | None:
     """None when WordNet data is found, else a one-line reason with the install hint."""
-    try:
-        import nltk  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("nltk") is None:  # installed? (importing it takes ~1 s, planning must not)
         return "the word-level types need nltk: pip install nltk"
     if locate(path) is None:
         where = candidate_locations(path)

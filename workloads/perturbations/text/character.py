@@ -27,9 +27,9 @@ _GLOBAL_RNG = threading.Lock()
 
 
 def _missing(assets) -> str | None:
-    try:
-        import nlpaug.augmenter.char  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("nlpaug") is None:  # installed? (importing it takes seconds, planning must not)
         return "the character-level types need nlpaug: pip install nlpaug==1.1.11"
     return None
 
