@@ -118,6 +118,38 @@ def test_declarations_are_parsed_and_an_unreadable_module_is_imported(tmp_path, 
         del sys.modules[m]
 
 
+def test_a_second_thread_waits_for_the_whole_list_of_names(tmp_path, monkeypatch):
+    """Names are listed from any thread (the tracker's reads levels while the driver plans): a thread that asks while
+    another is still reading the package gets every name, not the ones read so far."""
+    import sys
+    import threading
+    import time
+
+    pkg = tmp_path / "slow_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from workloads.registry import Registry\n"
+                                     "SLOW = Registry('gadget', package='slow_pkg', decorators=('register_gadget',))\n"
+                                     "register_gadget = SLOW.register\n")
+    (pkg / "a_first.py").write_text("from slow_pkg import register_gadget\n"
+                                    "@register_gadget('lever', order=0)\nclass Lever: pass\n")
+    (pkg / "b_slow.py").write_text("import time\nfrom slow_pkg import register_gadget\ntime.sleep(0.5)\n"
+                                   "for _n in ('pulley', 'wedge'):\n    register_gadget(_n, order=1)(object())\n")
+    (pkg / "c_last.py").write_text("from slow_pkg import register_gadget\n"
+                                   "@register_gadget('screw', order=2)\nclass Screw: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from slow_pkg import SLOW
+
+    first: list = []
+    reader = threading.Thread(target=lambda: first.append(SLOW.names()))
+    reader.start()
+    time.sleep(0.2)   # the reader is importing b_slow: 'lever' is declared, the rest is not yet
+    assert SLOW.names() == ("lever", "pulley", "wedge", "screw")
+    reader.join()
+    assert first == [("lever", "pulley", "wedge", "screw")]
+    for m in [m for m in sys.modules if m.startswith("slow_pkg")]:
+        del sys.modules[m]
+
+
 def test_temporary_registration_and_errors():
     reg = Registry("widget")
     reg.register("b", order=1)(object())

@@ -23,6 +23,7 @@ import itertools
 import math
 import pkgutil
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -69,6 +70,10 @@ class Registry(dict):
         self._entries: dict[str, Entry] = {}
         self._declared: dict[str, Declaration] = {}
         self._scanned = self._loaded = package is None
+        self._scanning = False
+        # one scan at a time: another thread (the tracker's, a Ray Data actor's) waits for a whole list of names;
+        # re-entrant, because a module imported during the scan may register or list names
+        self._scan_lock = threading.RLock()
 
     # -- registration -------------------------------------------------------------------------------------------
     def register(self, name: str, *, order: float | None = None, **info: Any) -> Callable[[Any], Any]:
@@ -112,19 +117,36 @@ class Registry(dict):
     # -- declarations: the names, read from the package's source -----------------------------------------------
     def _declarations(self) -> dict[str, Declaration]:
         """name -> Declaration of every entry the package's modules declare (parsed once, in module order)."""
-        if not self._scanned:
-            self._scanned = True  # filled in place: a module imported below may register, and must see it
-            for module, path in _package_modules(self.package):
-                found = _declared_in(path, self.decorators)
-                if found is None:  # not readable from the source: import it, its registrations run
-                    importlib.import_module(module)
-                    continue
-                for name, order, info in found:
-                    if name in self._declared:
-                        raise ValueError(f"{self.kind} {name!r} declared twice: in {self._declared[name].module} "
-                                         f"and {module}")
-                    self._declared[name] = Declaration(name, module, order, next(_sequence), info)
+        if self._scanned:
+            return self._declared
+        with self._scan_lock:
+            # another thread scanned while this one waited; or a module imported below asks (this thread, re-entered:
+            # it sees what is declared so far)
+            if self._scanned or self._scanning:
+                return self._declared
+            self._scanning = True
+            try:
+                self._scan()
+            except BaseException:   # a module failed to import: the next call scans again, from nothing
+                self._declared.clear()
+                raise
+            finally:
+                self._scanning = False
+            self._scanned = True
         return self._declared
+
+    def _scan(self) -> None:
+        """Fill `_declared` from the package's modules, in name order; import the modules the parser cannot read."""
+        for module, path in _package_modules(self.package):
+            found = _declared_in(path, self.decorators)
+            if found is None:  # not readable from the source: import it, its registrations run
+                importlib.import_module(module)
+                continue
+            for name, order, info in found:
+                if name in self._declared:
+                    raise ValueError(f"{self.kind} {name!r} declared twice: in {self._declared[name].module} and "
+                                     f"{module}")
+                self._declared[name] = Declaration(name, module, order, next(_sequence), info)
 
     def _place(self, name: str) -> tuple[float, int]:
         """(order, sequence): where `name` sits in names()."""
