@@ -268,9 +268,9 @@ def scenario_tables(grid, df: pd.DataFrame) -> list[Table]:
 
     done = df[df["status"] != "missing"].copy() if len(df) else df
     out = []
-    for name, tables in layouts(grid, done).items():
-        if name == QS:
-            continue
+    # the query-shift tables are the report's own (qs_tables): not laid out here only to be dropped (~100 pivots at
+    # the full matrix)
+    for tables in layouts(grid, done, skip=(QS,)).values():
         for t in tables:
             frame = t.frame
             cols = [("", str(c)) for c in frame.columns]

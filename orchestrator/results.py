@@ -57,11 +57,13 @@ def table_order(grid) -> TableOrder:
                               "t2v": {n: TEXT_PERTURBATIONS.static_info(n)["level"] for n in text}})
 
 
-def scenario_tables(grid, df: pd.DataFrame, metric: str | None = None) -> dict[str, list[ResultTable]]:
-    """Each scenario of the grid -> its result tables (`metric`: that metric where a layout has a choice)."""
+def scenario_tables(grid, df: pd.DataFrame, metric: str | None = None,
+                    skip: tuple[str, ...] = ()) -> dict[str, list[ResultTable]]:
+    """Each scenario of the grid but those in `skip` -> its result tables (`metric`: that metric where a layout has a
+    choice)."""
     order = table_order(grid)
     return {name: scenario.tables(grid, df, order, metric) if len(df) else []
-            for name, scenario in grid.scenarios.items()}
+            for name, scenario in grid.scenarios.items() if name not in skip}
 
 
 def to_markdown(table: pd.DataFrame, digits: int = 1) -> str:
