@@ -45,9 +45,8 @@ from workloads.perturbations.text import TEXT_PERTURBATIONS
 from workloads.perturbations.video import VIDEO_PERTURBATIONS
 regs = {"method": METHODS, "backbone": BACKBONES, "dataset": DATASETS, "video perturbation": VIDEO_PERTURBATIONS,
         "text perturbation": TEXT_PERTURBATIONS, "scenario": SCENARIOS}
-declared = {k: list(r.names()) for k, r in regs.items() if k != "text perturbation"}
+declared = {k: list(r.names()) for k, r in regs.items()}
 heavy = sorted(m for m in ("torch", "cv2", "av", "open_clip", "scipy") if m in sys.modules)
-declared["text perturbation"] = list(TEXT_PERTURBATIONS.names())
 static = {k: {n: r.static_info(n) for n in r.names()} for k, r in regs.items()}
 loaded = {k: [(e.name, e.order) for e in r.load().entries()] for k, r in regs.items()}
 info = {k: {e.name: e.info for e in r.entries()} for k, r in regs.items()}
@@ -80,74 +79,77 @@ def test_names_are_read_from_the_source_without_importing_the_entries():
     assert got["declared"]["method"][:2] == ["source", "tent"] and len(got["declared"]["video perturbation"]) == 12
 
 
-def test_declarations_are_parsed_and_an_unreadable_module_is_imported(tmp_path, monkeypatch):
-    """A package whose modules declare entries with literal decorators is listed without importing them; a module
-    that registers in a way the parser cannot read (a computed name) is imported to list its names."""
-    pkg = tmp_path / "widgets_pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("from workloads.registry import Registry\n"
-                                     "WIDGETS = Registry('widget', package='widgets_pkg', "
-                                     "decorators=('register_widget',))\n"
-                                     "register_widget = WIDGETS.register\n")
-    (pkg / "a_static.py").write_text("from widgets_pkg import register_widget\n"
-                                     "@register_widget('spanner', order=2)\nclass Spanner: pass\n"
-                                     "@register_widget('hammer')\ndef hammer(): pass\n")
-    (pkg / "b_dynamic.py").write_text("from widgets_pkg import register_widget\n"
-                                      "for _n, _o in (('saw', 1), ('drill', 3)):\n"
-                                      "    register_widget(_n, order=_o)(object())\n")
-    (pkg / "c_later.py").write_text("from widgets_pkg import register_widget\n"
-                                    "@register_widget('file', order=0)\nclass File: pass\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+@pytest.fixture
+def throwaway_package(tmp_path, monkeypatch):
+    """make(package, kind, decorator, {module: source}) -> the Registry of a package written under tmp_path, whose
+    modules register into it with `decorator`; importable until the test ends."""
+    import importlib
     import sys
 
-    from widgets_pkg import WIDGETS
+    made: list[str] = []
+    monkeypatch.syspath_prepend(str(tmp_path))
 
-    assert WIDGETS.names() == ("file", "saw", "spanner", "drill", "hammer")
-    assert "widgets_pkg.b_dynamic" in sys.modules          # read only by importing it
-    assert "widgets_pkg.a_static" not in sys.modules and "widgets_pkg.c_later" not in sys.modules
-    assert "spanner" in WIDGETS and len(WIDGETS) == 5 and "widgets_pkg.a_static" not in sys.modules
-    assert WIDGETS.lookup("spanner").name == "spanner"
-    assert "widgets_pkg.a_static" in sys.modules and "widgets_pkg.c_later" not in sys.modules
-    assert WIDGETS.names() == ("file", "saw", "spanner", "drill", "hammer")   # the same after the import
-    with pytest.raises(ValueError, match="widget 'file' registered twice: widgets_pkg.c_later declares it"):
-        WIDGETS.register("file")(object())
-    with pytest.raises(ValueError, match="unknown widget 'nail'; known widgets: file, saw, spanner, drill, hammer"):
-        WIDGETS.lookup("nail")
-    assert [n for n, _ in WIDGETS.items()] == list(WIDGETS.names())
-    for m in [m for m in sys.modules if m.startswith("widgets_pkg")]:
+    def make(package: str, kind: str, decorator: str, modules: dict[str, str]):
+        folder = tmp_path / package
+        folder.mkdir()
+        (folder / "__init__.py").write_text(
+            f"from workloads.registry import Registry\n"
+            f"REGISTRY = Registry({kind!r}, package={package!r}, decorators=({decorator!r},))\n"
+            f"{decorator} = REGISTRY.register\n")
+        for module, source in modules.items():
+            (folder / f"{module}.py").write_text(f"from {package} import {decorator}\n{source}")
+        made.append(package)
+        return importlib.import_module(package).REGISTRY
+
+    yield make
+    for m in [m for m in sys.modules if m.split(".")[0] in made]:
         del sys.modules[m]
 
 
-def test_a_second_thread_waits_for_the_whole_list_of_names(tmp_path, monkeypatch):
+def test_declarations_are_parsed_and_an_unreadable_module_is_imported(throwaway_package):
+    """A package whose modules declare entries with literal decorators is listed without importing them; a module
+    that registers in a way the parser cannot read (a computed name) is imported to list its names."""
+    import sys
+
+    widgets = throwaway_package("widgets_pkg", "widget", "register_widget", {
+        "a_static": "@register_widget('spanner', order=2)\nclass Spanner: pass\n"
+                    "@register_widget('hammer')\ndef hammer(): pass\n",
+        "b_dynamic": "for _n, _o in (('saw', 1), ('drill', 3)):\n    register_widget(_n, order=_o)(object())\n",
+        "c_later": "@register_widget('file', order=0)\nclass File: pass\n"})
+
+    assert widgets.names() == ("file", "saw", "spanner", "drill", "hammer")
+    assert "widgets_pkg.b_dynamic" in sys.modules          # read only by importing it
+    assert "widgets_pkg.a_static" not in sys.modules and "widgets_pkg.c_later" not in sys.modules
+    assert "spanner" in widgets and len(widgets) == 5 and "widgets_pkg.a_static" not in sys.modules
+    assert widgets.lookup("spanner").name == "spanner"
+    assert "widgets_pkg.a_static" in sys.modules and "widgets_pkg.c_later" not in sys.modules
+    assert widgets.names() == ("file", "saw", "spanner", "drill", "hammer")   # the same after the import
+    with pytest.raises(ValueError, match="widget 'file' registered twice: widgets_pkg.c_later declares it"):
+        widgets.register("file")(object())
+    with pytest.raises(ValueError, match="unknown widget 'nail'; known widgets: file, saw, spanner, drill, hammer"):
+        widgets.lookup("nail")
+    assert [n for n, _ in widgets.items()] == list(widgets.names())
+
+
+def test_a_second_thread_waits_for_the_whole_list_of_names(throwaway_package):
     """Names are listed from any thread (the tracker's reads levels while the driver plans): a thread that asks while
     another is still reading the package gets every name, not the ones read so far."""
-    import sys
     import threading
     import time
 
-    pkg = tmp_path / "slow_pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("from workloads.registry import Registry\n"
-                                     "SLOW = Registry('gadget', package='slow_pkg', decorators=('register_gadget',))\n"
-                                     "register_gadget = SLOW.register\n")
-    (pkg / "a_first.py").write_text("from slow_pkg import register_gadget\n"
-                                    "@register_gadget('lever', order=0)\nclass Lever: pass\n")
-    (pkg / "b_slow.py").write_text("import time\nfrom slow_pkg import register_gadget\ntime.sleep(0.5)\n"
-                                   "for _n in ('pulley', 'wedge'):\n    register_gadget(_n, order=1)(object())\n")
-    (pkg / "c_last.py").write_text("from slow_pkg import register_gadget\n"
-                                   "@register_gadget('screw', order=2)\nclass Screw: pass\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    from slow_pkg import SLOW
+    gadgets = throwaway_package("slow_pkg", "gadget", "register_gadget", {
+        "a_first": "@register_gadget('lever', order=0)\nclass Lever: pass\n",
+        "b_slow": "import time\ntime.sleep(0.5)\n"
+                  "for _n in ('pulley', 'wedge'):\n    register_gadget(_n, order=1)(object())\n",
+        "c_last": "@register_gadget('screw', order=2)\nclass Screw: pass\n"})
 
     first: list = []
-    reader = threading.Thread(target=lambda: first.append(SLOW.names()))
+    reader = threading.Thread(target=lambda: first.append(gadgets.names()))
     reader.start()
     time.sleep(0.2)   # the reader is importing b_slow: 'lever' is declared, the rest is not yet
-    assert SLOW.names() == ("lever", "pulley", "wedge", "screw")
+    assert gadgets.names() == ("lever", "pulley", "wedge", "screw")
     reader.join()
     assert first == [("lever", "pulley", "wedge", "screw")]
-    for m in [m for m in sys.modules if m.startswith("slow_pkg")]:
-        del sys.modules[m]
 
 
 def test_temporary_registration_and_errors():

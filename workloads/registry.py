@@ -263,15 +263,12 @@ def _declared_in(path: Path, decorators: tuple[str, ...]) -> list[tuple[str, flo
         if id(call) not in as_decorator or not call.args or not isinstance(call.args[0], ast.Constant) \
                 or not isinstance(call.args[0].value, str):
             return None
-        order = next((k.value for k in call.keywords if k.arg == "order"), None)
-        info = {k.arg: _literal(k.value) for k in call.keywords if k.arg not in (None, "order")}
-        info = {k: v for k, v in info.items() if v is not _NOT_LITERAL}
-        if order is None:
-            found.append((call.args[0].value, math.inf, info))
-        elif isinstance(order, ast.Constant) and isinstance(order.value, (int, float)):
-            found.append((call.args[0].value, float(order.value), info))
-        else:
+        order_node = next((k.value for k in call.keywords if k.arg == "order"), None)
+        order = math.inf if order_node is None else _literal(order_node)
+        if isinstance(order, bool) or not isinstance(order, (int, float)):
             return None
+        info = {k.arg: _literal(k.value) for k in call.keywords if k.arg not in (None, "order")}
+        found.append((call.args[0].value, float(order), {k: v for k, v in info.items() if v is not _NOT_LITERAL}))
     return found
 
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from workloads.backbones.model import VideoTextModel
 
 CONFIG_DIR = Path(__file__).parent / "model_configs"
-CHECKPOINT_FORMAT = "mlvp-backbone/1"  # convert.MLVP; here too so that reading it does not import torch
+CHECKPOINT_FORMAT = "mlvp-backbone/1"  # defined here, not in convert (its MLVP), so that reading it imports no torch
 
 # torch (~1 s) is imported by what builds or reads a model, not by this package: listing the backbones, reading a
 # model's config or the package's names must not start it (a grid's validation, `plan`, `status`)
@@ -72,9 +72,11 @@ def model_config(clip_model: str) -> dict | None:
 
 
 def _config_files(clip_model: str) -> list[Path]:
+    """The config files named `clip_model`, this project's first (they win in open_clip too: added last)."""
+    folders = [CONFIG_DIR]
     spec = importlib.util.find_spec("open_clip")  # its folder, without importing it
-    folders = [CONFIG_DIR] + [Path(p) / "model_configs" for p in (spec.submodule_search_locations or [])] if spec \
-        else [CONFIG_DIR]
+    if spec is not None:
+        folders += [Path(p) / "model_configs" for p in spec.submodule_search_locations or []]
     return [f / f"{clip_model}.json" for f in folders if (f / f"{clip_model}.json").is_file()]
 
 
