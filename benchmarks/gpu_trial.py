@@ -2,7 +2,8 @@
 
     python benchmarks/gpu_trial.py [--model ViT-B-32] [--backbones clip4clip,xpool] [--methods tent,hat_vtr]
         [--queries 1000] [--gallery 1000] [--frames 12] [--precisions fp32,bf16] [--pack 1,2,4,8]
-        [--pack-method tent] [--pack-backbone clip4clip] [--device cuda] [--out benchmarks/gpu_trial_results.md]
+        [--pack-precisions fp32] [--pack-method tent] [--pack-backbone clip4clip] [--device cuda]
+        [--out benchmarks/gpu_trial_results.md]
 
 One trial here is the GPU work of `workloads.trial.run` at full size: a randomly initialised model (no weights can
 be downloaded; timing does not depend on the weights), the gallery (G captions, v2t) encoded once with the
@@ -123,6 +124,7 @@ def main(argv=None) -> str:
     ap.add_argument("--frames", type=int, default=12)
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--pack", default="1,2,4,8", help="numbers of trials packed on the GPU; '' to skip")
+    ap.add_argument("--pack-precisions", default=None, help="precisions of the packing table (default: --precisions)")
     ap.add_argument("--pack-method", default="tent")
     ap.add_argument("--pack-backbone", default="clip4clip")
     ap.add_argument("--device", default="cuda")
@@ -137,12 +139,23 @@ def main(argv=None) -> str:
     dev = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else platform.processor() or "CPU"
     cmd = "python benchmarks/gpu_trial.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None
                                                                               else sys.argv[1:]))
-    lines = [f"## {args.model}, random init, v2t, {args.queries} queries x {args.frames} frames, G = {args.gallery}",
+    header = [f"## {args.model}, random init, v2t, {args.queries} queries x {args.frames} frames, G = {args.gallery}",
              "", f"Command: `{cmd.strip()}`  ", f"Device: {dev}; torch {torch.__version__}.", "",
              "### One trial alone on the GPU", "",
              "| backbone | method | precision | gallery s | stream s | ms / query | peak GPU GiB | bf16 speed-up |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
-    print("\n".join(lines), flush=True)
+    lines: list[str] = []
+    out = Path(args.out)
+
+    def say(*new: str) -> None:
+        """Print and keep: the results file is rewritten after every row, so a run stopped by a time limit (a lent
+        GPU's lease) keeps every row it measured."""
+        lines.extend(new)
+        print("\n".join(new), flush=True)
+        out.write_text("# Full-size trials on a GPU (benchmarks/gpu_trial.py)\n\n" + __doc__.split("\n\n", 2)[2]
+                       + "\n" + "\n".join(lines) + "\n")
+
+    say(*header)
     for backbone in split(args.backbones):
         for method in split(args.methods):
             fp32_s = None
@@ -153,8 +166,7 @@ def main(argv=None) -> str:
                 speed = f"{fp32_s / r['stream_s']:.2f}x" if precision == "bf16" and fp32_s else "-"
                 line = (f"| {backbone} | {method} | {precision} | {r['gallery_s']:.2f} | {r['stream_s']:.2f} | "
                         f"{r['ms_per_query']:.2f} | {r['peak_gib']:.2f} | {speed} |")
-                lines.append(line)
-                print(line, flush=True)
+                say(line)
     ks = [int(k) for k in split(args.pack)]
     if ks:
         head = ["", f"### Trials packed per GPU ({args.pack_backbone} / {args.pack_method}, K processes started "
@@ -162,25 +174,20 @@ def main(argv=None) -> str:
                 "| precision | K | slowest trial s | aggregate queries / s | throughput vs K = 1 | "
                 "median ms / query per trial | peak GPU GiB per trial |",
                 "|---|---:|---:|---:|---:|---:|---:|"]
-        lines += head
-        print("\n".join(head), flush=True)
-        for precision in split(args.precisions):
+        say(*head)
+        for precision in split(args.pack_precisions or args.precisions):
             one = None
             for k in ks:
                 rs = packed({**base, "backbone": args.pack_backbone, "method": args.pack_method,
                              "precision": precision}, k)
                 wall = max(r["end"] for r in rs) - min(r["start"] for r in rs)
                 qps = k * args.queries / wall
-                one = one or qps
-                line = (f"| {precision} | {k} | {wall:.2f} | {qps:.1f} | {qps / one:.2f}x | "
+                one = qps if k == 1 else one   # no K = 1 in --pack: no ratio
+                line = (f"| {precision} | {k} | {wall:.2f} | {qps:.1f} | {f'{qps / one:.2f}x' if one else '-'} | "
                         f"{statistics.median(r['ms_per_query'] for r in rs):.2f} | "
                         f"{max(r['peak_gib'] for r in rs):.2f} |")
-                lines.append(line)
-                print(line, flush=True)
-    text = "\n".join(lines) + "\n"
-    Path(args.out).write_text("# Full-size trials on a GPU (benchmarks/gpu_trial.py)\n\n" + __doc__.split("\n\n", 2)[2]
-                              + "\n" + text)
-    return text
+                say(line)
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
