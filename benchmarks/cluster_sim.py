@@ -13,7 +13,9 @@ Cost model (real seconds, printed by the run): a render set is every test clip o
 `--sec-per-clip` CPU seconds for its dataset (per-dataset defaults from clip lengths: MSRVTT 10-30 s clips, ActivityNet
 minutes; benchmarks/RESULTS.md section 10 measured ~0.16 s per rendering of a 10 s clip); a trial is
 ceil(queries / runtime.batch_size) batches of `--sec-per-batch` seconds on a GPU slot, `trials per GPU` =
-1 / runtime.gpus_per_trial.
+1 / `--gpus-per-trial` (default the grid's runtime.gpus_per_trial). The default seconds per batch come from
+orchestrator/cost_model.py (measured on an H200, RESULTS.md section 6): 0.28 s for one fp32 trial alone on a GPU;
+K trials sharing a GPU each take K / 0.92 times as long.
 
 Granularity, so that a 2-core machine can start the simulated cluster: a render actor stands for
 `--cpus-per-actor` CPUs (it holds that many logical CPUs and sleeps 1/that of a row's CPU cost); the actors of the
@@ -31,7 +33,7 @@ Lower bound: max(total render CPU time / CPUs, total trial GPU time / GPU slots)
 rendering (the issue's formula) and with the CPUs the trial slots hold taken out (what any design that keeps the
 GPUs fed can use for rendering).
 
-    python benchmarks/cluster_sim.py                        # full_mlvp, 64 CPUs, 4 GPUs x 4 slots, ~3-6 min
+    python benchmarks/cluster_sim.py                        # full_mlvp, 64 CPUs, 4 GPUs x 1 slot, ~3-6 min
     python benchmarks/cluster_sim.py --datasets msrvtt --executor tune --target 60 [--wave 1000]
 """
 from __future__ import annotations
@@ -271,7 +273,10 @@ def main(argv: list[str] | None = None) -> int:
                                  epilog="example: python benchmarks/cluster_sim.py --cpus 64 --gpus 4 --target 90")
     ap.add_argument("--cpus", type=int, default=64, help="logical CPUs of the simulated cluster (default 64)")
     ap.add_argument("--gpus", type=int, default=4, help="logical GPUs (default 4)")
-    ap.add_argument("--sec-per-batch", type=float, default=0.5, help="GPU seconds per trial batch (default 0.5)")
+    ap.add_argument("--gpus-per-trial", type=float, default=None,
+                    help="GPU share of a trial slot (default: the grid's runtime.gpus_per_trial)")
+    ap.add_argument("--sec-per-batch", type=float, default=None,
+                    help="seconds per trial batch on its GPU slot (default: orchestrator/cost_model.py's)")
     ap.add_argument("--sec-per-clip", type=str, default=None,
                     help="CPU seconds per rendered clip: one number, or dataset=s,... (default: per-dataset table)")
     ap.add_argument("--target", type=float, default=90.0,
@@ -291,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
+    from orchestrator import cost_model
     from orchestrator.render import ordered_sets
 
     tmp = Path(tempfile.mkdtemp(prefix="mlvp-cluster-sim-"))
@@ -302,9 +308,16 @@ def main(argv: list[str] | None = None) -> int:
             per_clip.update({k: float(v) for k, v in (x.split("=") for x in args.sec_per_clip.split(","))})
         else:
             per_clip = {d: float(args.sec_per_clip) for d in per_clip}
+    gpus_per_trial = args.gpus_per_trial if args.gpus_per_trial is not None else rt.gpus_per_trial
+    if not 0 < gpus_per_trial <= 1:
+        ap.error(f"--gpus-per-trial: a GPU share in (0, 1], got {gpus_per_trial:g}")
+    if args.sec_per_batch is None:
+        measured = cost_model.CostModel()
+        args.sec_per_batch = measured.trial_seconds(rt.batch_size, rt.batch_size, rt.precision,
+                                                    measured.slots_per_gpu(gpus_per_trial))
     cost = CostModel(plan, per_clip, args.sec_per_batch)
     sets = ordered_sets(plan, plan.trials)
-    slots = int(args.gpus / rt.gpus_per_trial + 1e-9)
+    slots = int(args.gpus / gpus_per_trial + 1e-9)
     render_cpu = sum(cost.render_set(rs) for rs in sets)
     trial_gpu = sum(cost.trial(t) for t in plan.trials)
     cpus_for_render = max(1, int(args.cpus - slots * rt.cpus_per_trial))
@@ -316,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     print("cost model (real seconds): clips per set " + ", ".join(f"{d} {n}" for d, n in cost.clips.items())
           + "; seconds per clip " + ", ".join(f"{d} {per_clip[d]:g}" for d in cost.clips)
           + f"; {args.sec_per_batch:g} s per trial batch of {rt.batch_size}; "
-          f"{1 / rt.gpus_per_trial:g} trials per GPU ({slots} slots, {rt.cpus_per_trial:g} CPUs each)")
+          f"{1 / gpus_per_trial:g} trials per GPU ({slots} slots, {rt.cpus_per_trial:g} CPUs each)")
     print(f"totals: render {render_cpu / 3600:.0f} CPU-h, trials {trial_gpu / 3600:.0f} GPU-slot-h; cluster "
           f"{args.cpus} CPUs ({cpus_for_render} beside the trial slots), {args.gpus} GPUs")
     print(f"lower bound: {lb / 3600:.2f} h with {cpus_for_render} render CPUs ({lb_all / 3600:.2f} h with all "
@@ -338,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             actors = cpus_for_render if overlap else args.cpus   # staged: every CPU renders (today's default)
             t = time.time()
             r = run_design(plan, cost, scale, actors, overlap, args.executor, args.videos_per_row, slots,
-                           rt.cpus_per_trial, rt.gpus_per_trial, args.cpus_per_actor, args.order, wave)
+                           rt.cpus_per_trial, gpus_per_trial, args.cpus_per_actor, args.order, wave)
             results[design] = r
             net = r["net"] = r["makespan"] - r["startup"]
             print(f"{design} ({args.order} order): makespan {r['makespan']:6.1f} s, {net:6.1f} s without the "

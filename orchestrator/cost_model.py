@@ -4,7 +4,9 @@
 The units are the plan's own (orchestrator/plan.py):
 - a **render set** is one (dataset, perturbation, severity): every test clip of the dataset rendered once on a CPU;
 - a **trial** streams its dataset's queries in batches of `runtime.batch_size` through adaptation and scoring on its
-  GPU slot (`runtime.gpus_per_trial` of a GPU, so `trials_per_gpu` = 1 / gpus_per_trial share one GPU);
+  GPU slot (`runtime.gpus_per_trial` of a GPU, so `trials_per_gpu` = 1 / gpus_per_trial share one GPU). Packed
+  trials share the GPU's throughput, they do not multiply it: K trials on one GPU each take K / `packed_throughput`
+  times as long as one alone (benchmarks/RESULTS.md section 6: 0.91-0.93x the throughput of one trial at K = 2, 4, 8);
 - a **gallery encoding** is one unadapted pass over the gallery, done once per (model, dataset, direction) and cached
   (workloads/trial.py `encode_gallery`);
 - a **checkpoint** is fine-tuned once (`models.finetune.steps` steps) unless given.
@@ -17,9 +19,14 @@ plain number):
   one core (H.264 79% of it); shorter clips cost less, ActivityNet's minutes-long ones more.
 - `text_s_per_caption` 0.002 CPU s: character/word-level text perturbation of one caption (RESULTS.md section 8 is
   well below this; sentence-level types with their models cost more).
-- `trial_s_per_batch` 1.0 s on one slot, `gallery_s_per_clip` 0.02 s and `finetune_s_per_step` 1.0 s on a whole GPU:
-  **assumptions** for ViT-B/32 at 224 px, 12 frames, fp32 (no GPU trial of full size has been measured here yet:
-  benchmarks/gpu_trial.py measures them, RESULTS.md section 6).
+- `trial_s_per_batch` 0.28 s (fp32) and `trial_s_per_batch_bf16` 0.07 s, one trial alone on a whole GPU, and
+  `packed_throughput` 0.92: measured on an NVIDIA H200 for ViT-B/32 at 224 px, 12 frames, batch 16, Tent and
+  HAT-VTR, both backbones (RESULTS.md section 6: 17.7-18.1 ms per query in fp32, 4.2-5.8 in bf16); older GPUs are
+  slower.
+- `gallery_s_per_clip` 0.003 s: the same run's Source, one forward pass of a 12-frame clip (2.6 ms per query);
+  a caption gallery costs less (1,000 captions in 0.3 s).
+- `finetune_s_per_step` 1.0 s on a whole GPU: an **assumption** for ViT-B/32 (the GPU run fine-tuned only the
+  embedded default's small model).
 """
 from __future__ import annotations
 
@@ -33,8 +40,10 @@ class CostModel:
 
     render_s_per_clip: float = 0.24        # CPU s to render one clip at one (perturbation, severity)
     text_s_per_caption: float = 0.002      # CPU s to perturb one caption of a text set
-    trial_s_per_batch: float = 1.0         # s per query batch of one trial on its GPU slot (adapt + score)
-    gallery_s_per_clip: float = 0.02       # GPU s to encode one gallery clip (once per model, dataset, direction)
+    trial_s_per_batch: float = 0.28        # GPU s per query batch (adapt + score) of one fp32 trial alone on a GPU
+    trial_s_per_batch_bf16: float = 0.07   # the same in bf16 autocast (runtime.precision: bf16)
+    packed_throughput: float = 0.92        # throughput of K >= 2 trials sharing one GPU over one trial alone
+    gallery_s_per_clip: float = 0.003      # GPU s to encode one gallery clip (once per model, dataset, direction)
     finetune_s_per_step: float = 1.0       # GPU s per fine-tuning step
     trials_per_gpu: float | None = None    # trial slots per GPU (None: 1 / runtime.gpus_per_trial)
 
@@ -47,9 +56,16 @@ class CostModel:
         """CPU seconds of one render set of `clips` clips."""
         return clips * self.render_s_per_clip
 
-    def trial_seconds(self, queries: int, batch_size: int) -> float:
-        """Seconds one trial of `queries` queries holds its GPU slot (its gallery is encoded separately)."""
-        return math.ceil(queries / max(batch_size, 1)) * self.trial_s_per_batch
+    def trial_gpu_seconds(self, queries: int, batch_size: int, precision: str = "fp32", slots: float = 1.0) -> float:
+        """GPU seconds of one trial of `queries` queries (its gallery is encoded separately) with `slots` trials per
+        GPU: the same work whether or not it shares the GPU, plus what sharing loses."""
+        per_batch = self.trial_s_per_batch_bf16 if precision == "bf16" else self.trial_s_per_batch
+        shared = self.packed_throughput if slots > 1 else 1.0
+        return math.ceil(queries / max(batch_size, 1)) * per_batch / shared
+
+    def trial_seconds(self, queries: int, batch_size: int, precision: str = "fp32", slots: float = 1.0) -> float:
+        """Seconds one trial holds its GPU slot: its GPU seconds times the trials it shares the GPU with."""
+        return self.trial_gpu_seconds(queries, batch_size, precision, slots) * max(slots, 1.0)
 
     def describe(self) -> str:
         return ", ".join(f"{k} {v}" for k, v in asdict(self).items() if v is not None)
@@ -98,7 +114,7 @@ def estimate(plan, cost: CostModel | None = None) -> Estimate:
     for t in plan.trials:
         n = sizes.get(t.dataset)
         if n is not None:
-            out.trial_gpu_h += cost.trial_seconds(n, t.batch_size) / slots / 3600
+            out.trial_gpu_h += cost.trial_gpu_seconds(n, t.batch_size, t.precision, slots) / 3600
     for key in plan.gallery_encodings():
         n = sizes.get(key[2])
         if n is not None:

@@ -157,7 +157,7 @@ class RuntimeSpec:
     precision: str = opt("fp32", choices=("fp32", "bf16"))   # trial compute
     hub_k: int = opt(10, min=1)              # at most the gallery size (checked by the plan)
     cpus_per_trial: float = opt(1.0, above=0)
-    gpus_per_trial: float = opt(0.0, min=0)  # fractions pack several trials on one GPU
+    gpus_per_trial: float = opt(0.0, min=0)  # fractions share a GPU, and its throughput (RESULTS.md section 6)
     max_failures: int = opt(1, min=0)        # Tune retries of a trial that crashed its worker
     max_concurrent_trials: int | None = opt(None, min=1)
     # trials per Ray Tune experiment (orchestrator/tune.py "Waves"; None: all in one): bounds the driver's memory

@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -145,9 +146,15 @@ def test_sized_with_annotations_only_and_estimate(tmp_path, monkeypatch):
     cost = CostModel(trial_s_per_batch=2.0, gallery_s_per_clip=0.5, finetune_s_per_step=0.25, render_s_per_clip=3.0)
     est = estimate(plan, cost)
     rt = plan.grid.runtime
-    slots = 1 / rt.gpus_per_trial
-    trial_h = sum(math.ceil(N_TEST[t.dataset] / rt.batch_size) * 2.0 / slots for t in plan.trials) / 3600
+    assert rt.gpus_per_trial == 1 and {t.precision for t in plan.trials} == {"fp32"}   # one fp32 trial per GPU
+    trial_h = sum(math.ceil(N_TEST[t.dataset] / rt.batch_size) * 2.0 for t in plan.trials) / 3600
     assert est.trial_gpu_h == pytest.approx(trial_h) and est.trial_gpu_h > 0
+    # packed trials share the GPU's throughput (RESULTS.md section 6): four per GPU cost more GPU time, not a quarter
+    packed = estimate(plan, CostModel(trial_s_per_batch=2.0, trials_per_gpu=4, packed_throughput=0.8))
+    assert packed.trial_gpu_h == pytest.approx(trial_h / 0.8)
+    bf16 = estimate(replace(plan, trials=[replace(t, precision="bf16") for t in plan.trials]),
+                    CostModel(trial_s_per_batch=2.0, trial_s_per_batch_bf16=0.5))
+    assert bf16.trial_gpu_h == pytest.approx(trial_h / 4)
     assert est.render_cpu_h == pytest.approx(plan.render_count() * 3.0 / 3600)
     assert est.gallery_gpu_h == pytest.approx(sum(N_TEST[g[2]] * 0.5 for g in plan.gallery_encodings()) / 3600)
     assert est.finetune_gpu_h == pytest.approx(10 * plan.grid.models.finetune.steps * 0.25 / 3600)
