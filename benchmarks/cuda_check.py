@@ -2,7 +2,8 @@
 
     python benchmarks/cuda_check.py [--cache /tmp/mlvp-cuda-check] [--n-train 3000] [--n-test 256]
         [--steps 500] [--xpool-steps 150] [--methods source,tent,read,sar,eata,tcr,hat_vtr]
-        [--perturbation gaussian_noise] [--severity 5] [--cpu-workers 8] [--out benchmarks/cuda_check_results.md]
+        [--perturbation gaussian_noise] [--severity 5] [--cpu-workers 8] [--cudnn-tf32 default|off]
+        [--out benchmarks/cuda_check_results.md]
 
 Runs `workloads` alone (no Ray, no MLflow; they are not on the GPU machine), exactly the functions the orchestrator
 calls in its workers: the synthetic dataset generated (H.264 via PyAV), `mlvp-tiny` fine-tuned on the GPU (clip4clip,
@@ -48,6 +49,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu-workers", type=int, default=8)
     ap.add_argument("--tolerance", type=float, default=3.0, help="largest |R@1 CUDA fp32 - CPU fp32| in points")
     ap.add_argument("--device", default="cuda", help="the device under test; 'cpu' only smoke-tests this script")
+    ap.add_argument("--cudnn-tf32", choices=("default", "off"), default="default",
+                    help="'off': convolutions on CUDA in full fp32 (PyTorch's default, kept by the trials, is TF32: "
+                         "benchmarks/RESULTS.md section 6 reads the CUDA-CPU difference as its rounding)")
     ap.add_argument("--out", default=str(Path(__file__).with_name("cuda_check_results.md")))
     args = ap.parse_args(argv)
 
@@ -63,12 +67,15 @@ def main(argv=None) -> int:
     if dev == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: this check needs a GPU (--device cpu only smoke-tests the script)", file=sys.stderr)
         return 2
+    if args.cudnn_tf32 == "off":
+        torch.backends.cudnn.allow_tf32 = False
     cache = Path(args.cache)
     argv = sys.argv[1:] if argv is None else argv
     cmd = " ".join(["python benchmarks/cuda_check.py", *map(shlex.quote, argv)])
     name = torch.cuda.get_device_name(0) if dev == "cuda" else dev
     lines = [f"Command: `{cmd}`", "",
-             f"Device: {name}; torch {torch.__version__}; {os.cpu_count()} CPU cores for the CPU side.", ""]
+             f"Device: {name}; torch {torch.__version__}; {os.cpu_count()} CPU cores for the CPU side; CUDA "
+             f"convolutions in {'TF32' if torch.backends.cudnn.allow_tf32 else 'fp32'}.", ""]
 
     def say(s: str = "") -> None:
         print(s, flush=True)
