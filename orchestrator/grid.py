@@ -157,7 +157,9 @@ class RuntimeSpec:
     precision: str = opt("fp32", choices=("fp32", "bf16"))   # trial compute
     hub_k: int = opt(10, min=1)              # at most the gallery size (checked by the plan)
     cpus_per_trial: float = opt(1.0, above=0)
-    gpus_per_trial: float = opt(0.0, min=0)  # fractions share a GPU, and its throughput (RESULTS.md section 6)
+    # at most 1: a trial computes on one device (workloads/trial.py); fractions share a GPU, and its throughput
+    # (benchmarks/RESULTS.md section 6)
+    gpus_per_trial: float = opt(0.0, min=0, max=1)
     max_failures: int = opt(1, min=0)        # Tune retries of a trial that crashed its worker
     max_concurrent_trials: int | None = opt(None, min=1)
     # trials per Ray Tune experiment (orchestrator/tune.py "Waves"; None: all in one): bounds the driver's memory
