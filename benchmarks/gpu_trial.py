@@ -2,8 +2,8 @@
 
     python benchmarks/gpu_trial.py [--model ViT-B-32] [--backbones clip4clip,xpool] [--methods tent,hat_vtr]
         [--queries 1000] [--gallery 1000] [--frames 12] [--precisions fp32,bf16] [--pack 1,2,4,8]
-        [--pack-precisions fp32] [--pack-method tent] [--pack-backbone clip4clip] [--device cuda]
-        [--out benchmarks/gpu_trial_results.md]
+        [--pack-precisions fp32] [--pack-method tent] [--pack-backbone clip4clip] [--finetune-steps 20]
+        [--device cuda] [--out benchmarks/gpu_trial_results.md]
 
 One trial here is the GPU work of `workloads.trial.run` at full size: a randomly initialised model (no weights can
 be downloaded; timing does not depend on the weights), the gallery (G captions, v2t) encoded once with the
@@ -15,6 +15,7 @@ render-cache disk read is not part of it.
 Table 1: each (backbone, method, precision) alone on the GPU: trial seconds, ms per query, peak GPU memory.
 Table 2: K identical trials started together in K processes on the one GPU (Ray Tune with gpus_per_trial = 1/K):
 wall time of the slowest, aggregate queries per second, speed-up over K = 1, peak memory per trial.
+Table 3: seconds per fine-tuning step (orchestrator/cost_model.py `finetune_s_per_step`), per backbone and precision.
 """
 from __future__ import annotations
 
@@ -90,9 +91,41 @@ def one_trial(cfg: dict, barrier=None) -> dict:
             "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")}
 
 
+def finetune_steps(cfg: dict, barrier=None) -> dict:
+    """Fine-tuning at full size: `workloads.backbones.finetune.train_step` (the step `finetune` runs) on random
+    clips and captions of FinetuneConfig's default batch, after two untimed steps; seconds per step."""
+    import torch
+
+    from workloads.backbones import create_backbone
+    from workloads.backbones.finetune import FinetuneConfig, optimizer, train_step
+
+    device = torch.device(cfg["device"])
+    torch.manual_seed(0)
+    config = FinetuneConfig(backbone=cfg["backbone"], clip_model=cfg["model"], steps=cfg["steps"] + 2)
+    model = create_backbone(config.backbone, config.clip_model, clip_only=True, device=device).train()
+    opt, sched = optimizer(model, config)
+    size, bs = model.image_size, config.batch_size
+    g = torch.Generator().manual_seed(0)
+    clips = torch.randint(0, 256, (bs, config.frames_per_clip, size, size, 3), dtype=torch.uint8, generator=g)
+    tokens = model.tokenize([f"caption number {i} of a moving shape" for i in range(bs)])
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg["precision"] == "bf16")
+    for _ in range(2):
+        train_step(model, opt, sched, autocast, tokens, clips)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(cfg["steps"]):
+        train_step(model, opt, sched, autocast, tokens, clips)
+    _sync(device)
+    seconds = time.perf_counter() - t0
+    return {"s_per_step": seconds / cfg["steps"], "batch": bs, "frames": config.frames_per_clip,
+            "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")}
+
+
 def _worker(cfg, barrier, queue):
     try:
-        queue.put(one_trial(cfg, barrier))
+        queue.put((finetune_steps if cfg.get("job") == "finetune" else one_trial)(cfg, barrier))
     except Exception as err:  # report, and free the others from the barrier
         barrier.abort()
         queue.put({"error": f"{type(err).__name__}: {err}"})
@@ -127,6 +160,8 @@ def main(argv=None) -> str:
     ap.add_argument("--pack-precisions", default=None, help="precisions of the packing table (default: --precisions)")
     ap.add_argument("--pack-method", default="tent")
     ap.add_argument("--pack-backbone", default="clip4clip")
+    ap.add_argument("--finetune-steps", type=int, default=20,
+                    help="timed fine-tuning steps per backbone and precision (0: no fine-tuning table)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", default=str(Path(__file__).with_name("gpu_trial_results.md")))
     args = ap.parse_args(argv)
@@ -187,6 +222,20 @@ def main(argv=None) -> str:
                         f"{statistics.median(r['ms_per_query'] for r in rs):.2f} | "
                         f"{max(r['peak_gib'] for r in rs):.2f} |")
                 say(line)
+    if args.finetune_steps > 0:
+        say("", f"### Fine-tuning steps (FinetuneConfig's batch and frames per clip, {args.finetune_steps} timed "
+                "steps after 2 untimed)", "",
+            "| backbone | precision | batch x frames | s / step | peak GPU GiB | bf16 speed-up |",
+            "|---|---|---|---:|---:|---:|")
+        for backbone in split(args.backbones):
+            fp32_s = None
+            for precision in split(args.precisions):
+                r = packed({**base, "job": "finetune", "backbone": backbone, "precision": precision,
+                            "steps": args.finetune_steps}, 1)[0]
+                fp32_s = r["s_per_step"] if precision == "fp32" else fp32_s
+                speed = f"{fp32_s / r['s_per_step']:.2f}x" if precision == "bf16" and fp32_s else "-"
+                say(f"| {backbone} | {precision} | {r['batch']} x {r['frames']} | {r['s_per_step']:.3f} | "
+                    f"{r['peak_gib']:.2f} | {speed} |")
     return "\n".join(lines) + "\n"
 
 

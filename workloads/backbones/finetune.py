@@ -114,6 +114,35 @@ def clip_loss(model: VideoTextModel, text: torch.Tensor, frames: torch.Tensor) -
     return (F.cross_entropy(logits, target) + F.cross_entropy(logits.t(), target)) / 2
 
 
+def optimizer(model: VideoTextModel, config: FinetuneConfig):
+    """AdamW (no weight decay on gains, biases and the logit scale) and its schedule: linear warm-up over
+    `config.warmup` of the steps, then cosine decay."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "ln" in name or "norm" in name or "logit_scale" in name else decay).append(p)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
+    warm = max(1, int(config.warmup * config.steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / config.steps))))
+    return opt, sched
+
+
+def train_step(model: VideoTextModel, opt, sched, autocast, tokens: torch.Tensor, clips: torch.Tensor) -> torch.Tensor:
+    """One fine-tuning step on a batch of captions (tokens) and their clips ([B, f, S, S, 3] uint8); returns the
+    loss. benchmarks/gpu_trial.py times this step at full size."""
+    with autocast:
+        text = model.encode_text(tokens)
+        frames = model.encode_frames(model.preprocess_frames(clips))
+        loss = clip_loss(model, text.float(), frames.float())
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss
+
+
 @torch.no_grad()
 def evaluate(model: VideoTextModel, frames_uint8: np.ndarray, captions: list[str], rows: np.ndarray | None = None,
              chunk: int = 64) -> dict:
@@ -174,14 +203,7 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
     groups = list(by_video.values())
     bs = min(config.batch_size, len(groups))
 
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or "ln" in name or "norm" in name or "logit_scale" in name else decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
-    warm = max(1, int(config.warmup * config.steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / config.steps))))
+    opt, sched = optimizer(model, config)
     precision = resolve_precision(config.precision, device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     log(f"training {config.backbone} on {device} in {precision}"
@@ -200,15 +222,7 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
         fidx = np.sort(np.stack([rng.choice(n_frames_total, config.frames_per_clip, replace=False)
                                  for _ in rows]), axis=1)
         clips = torch.from_numpy(train_clips[clip_of_pair[rows][:, None], fidx])   # [B, f, S, S, 3]
-        with autocast:
-            text = model.encode_text(tokens[rows])
-            frames = model.encode_frames(model.preprocess_frames(clips))
-            loss = clip_loss(model, text.float(), frames.float())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        loss = train_step(model, opt, sched, autocast, tokens[rows], clips)
         if step % max(1, config.steps // 10) == 0 or step == config.steps - 1:
             log(f"step {step + 1}/{config.steps} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
     train_seconds = time.time() - t0
