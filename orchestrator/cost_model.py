@@ -26,7 +26,7 @@ plain number):
 - `gallery_s_per_clip` 0.003 s: the same run's Source, one forward pass of a 12-frame clip (2.6 ms per query);
   a caption gallery costs less (1,000 captions in 0.3 s).
 - `finetune_s_per_step` 1.0 s on a whole GPU: an **assumption** for ViT-B/32 (the GPU run fine-tuned only the
-  embedded default's small model).
+  embedded default's small model; benchmarks/gpu_trial.py's table 3 measures it).
 """
 from __future__ import annotations
 
