@@ -57,13 +57,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def noop_trainable(config, env):
-    """A trial that does nothing: reports a result shaped like a real one (workloads/trial.py TrialResult)."""
+    """A trial that does nothing: reports a result shaped like a real one (workloads/spec.py TrialResult)."""
     import random
 
     from ray import tune
 
-    from workloads.spec import TrialSpec
-    from workloads.trial import TrialResult
+    from workloads.spec import TrialResult, TrialSpec   # torch-free: a no-op trial imports no ML stack
 
     if "spec" in config:
         spec = TrialSpec.from_dict(config["spec"])

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 from workloads.atomic import atomic_write_text
 
 
-PER_QUERY = ("k_occurrence", "batch_R1")   # per-query lists of an entry (workloads/trial.py TrialResult)
+PER_QUERY = ("k_occurrence", "batch_R1")   # per-query lists of an entry (workloads/spec.py TrialResult)
 
 
 class TrialLedger:

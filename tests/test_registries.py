@@ -43,6 +43,7 @@ from workloads.datasets import DATASETS
 from workloads.methods import METHODS
 from workloads.perturbations.text import TEXT_PERTURBATIONS
 from workloads.perturbations.video import VIDEO_PERTURBATIONS
+from workloads.spec import TrialResult, TrialSpec   # what the driver and a no-op trial handle
 regs = {"method": METHODS, "backbone": BACKBONES, "dataset": DATASETS, "video perturbation": VIDEO_PERTURBATIONS,
         "text perturbation": TEXT_PERTURBATIONS, "scenario": SCENARIOS}
 declared = {k: list(r.names()) for k, r in regs.items()}
@@ -55,8 +56,8 @@ print(json.dumps({"declared": declared, "loaded": loaded, "heavy": heavy, "stati
 
 
 def test_names_are_read_from_the_source_without_importing_the_entries():
-    """Listing names imports no entry module (torch, OpenCV, PyAV stay out of `plan` and `status`), and gives the
-    same names, in the same order, as importing every entry does."""
+    """Listing names, and a trial's spec and result, import no entry module (torch, OpenCV, PyAV stay out of `plan`,
+    `status` and the driver), and listing gives the same names, in the same order, as importing every entry does."""
     import json
     import subprocess
     import sys

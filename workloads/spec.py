@@ -2,12 +2,14 @@
 
 `TrialSpec` holds every input that determines a trial's result (axes, seeds, runtime knobs, data and model
 versions) and nothing about where files live, so its `key` can index a ledger across machines and re-submissions.
+`TrialResult` is what a trial returns (workloads/trial.py `run`); both import nothing heavy, so the driver and a
+no-op trial handle them without torch.
 """
 from __future__ import annotations
 
 import json
 import functools
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from workloads import RENDER_VERSION, TRIAL_VERSION
@@ -123,3 +125,27 @@ class TrialSpec:
 
 
 SPEC_FIELDS = tuple(f.name for f in fields(TrialSpec))   # in declaration order
+
+
+@dataclass
+class TrialResult:
+    key: str
+    spec: dict[str, Any]
+    status: str                             # "ok" | "failed"
+    metrics: dict[str, float] = field(default_factory=dict)
+    k_occurrence: list[int] = field(default_factory=list)
+    batch_R1: list[float] = field(default_factory=list)   # R@1 (%) of each stream batch, in stream order
+    n_queries: int = 0
+    n_gallery: int = 0
+    dropped: list[dict[str, str]] = field(default_factory=list)
+    faithful_renders: float | None = None   # share of queries rendered faithfully (clips in v2t, captions in t2v)
+    fallbacks: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    traceback: str | None = None
+    failed_batch: int | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+    scores_path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -14,7 +14,7 @@ import functools
 import platform
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,7 +31,7 @@ from workloads.methods import Gallery, NonFiniteError, QueryBatch, create_method
 from workloads.metrics import k_occurrence, recall_hits, summarise, tie_rule
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
 from workloads.seeding import digest
-from workloads.spec import CLEAN, TrialSpec
+from workloads.spec import CLEAN, TrialResult, TrialSpec  # noqa: F401  (TrialResult: callers import it here)
 from workloads.text_queries import TextSetKey, read_text_set
 
 
@@ -48,30 +48,6 @@ class TrialContext:
     scores_dir: str | None = None           # save the final score matrix (fp16 .npy) here when given
     device: str = "cpu"
     threads: int | None = None              # torch intra-op threads (None: leave as is)
-
-
-@dataclass
-class TrialResult:
-    key: str
-    spec: dict[str, Any]
-    status: str                             # "ok" | "failed"
-    metrics: dict[str, float] = field(default_factory=dict)
-    k_occurrence: list[int] = field(default_factory=list)
-    batch_R1: list[float] = field(default_factory=list)   # R@1 (%) of each stream batch, in stream order
-    n_queries: int = 0
-    n_gallery: int = 0
-    dropped: list[dict[str, str]] = field(default_factory=list)
-    faithful_renders: float | None = None   # share of queries rendered faithfully (clips in v2t, captions in t2v)
-    fallbacks: list[str] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    error: str | None = None
-    traceback: str | None = None
-    failed_batch: int | None = None
-    environment: dict[str, str] = field(default_factory=dict)
-    scores_path: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @functools.lru_cache(maxsize=2)
