@@ -62,7 +62,12 @@ def noop_trainable(config, env):
 
     from ray import tune
 
-    from workloads.spec import TrialResult, TrialSpec   # torch-free: a no-op trial imports no ML stack
+    from workloads.spec import TrialSpec
+    # what a real trial's module imports (torch, ~1.5 s on a fresh actor, once): keep it. A trial that ends before
+    # Tune has handled its actor's start loses that actor (ray/tune/execution/tune_controller.py
+    # `_maybe_cache_trial_actor` caches only started actors); without this import both sides' no-op trials lost
+    # their actors again and again (87 actors against 8, plain Tune 198 s against 68: benchmarks/RESULTS.md section 15)
+    from workloads.trial import TrialResult
 
     if "spec" in config:
         spec = TrialSpec.from_dict(config["spec"])
