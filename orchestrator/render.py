@@ -156,8 +156,10 @@ def cost_ordered_sets(plan: Plan, sets: list[RenderSet], trials: list[TrialSpec]
     slots = cost.slots_per_gpu(plan.grid.runtime.gpus_per_trial)
     for t in trials:
         reads = [rs for rs in trial_render_sets(t) if rs in known]
+        if not reads:
+            continue
+        share = cost.trial_seconds(sizes[t.dataset], t.batch_size, t.precision, slots) / len(reads)
         for rs in reads:
-            share = cost.trial_seconds(sizes[t.dataset], t.batch_size, t.precision, slots) / len(reads)
             trial_s[rs] = trial_s.get(rs, 0.0) + share
     ordered = johnson_order([rs for rs in sets if rs[1] != CLEAN],
                             lambda rs: cost.render_seconds(sizes[rs[0]]) / max(render_cpus, 1e-9),

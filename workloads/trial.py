@@ -31,7 +31,7 @@ from workloads.methods import Gallery, NonFiniteError, QueryBatch, create_method
 from workloads.metrics import k_occurrence, recall_hits, summarise, tie_rule
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
 from workloads.seeding import digest
-from workloads.spec import CLEAN, TrialResult, TrialSpec  # noqa: F401  (TrialResult: callers import it here)
+from workloads.spec import CLEAN, TrialResult, TrialSpec
 from workloads.text_queries import TextSetKey, read_text_set
 
 
