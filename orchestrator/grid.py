@@ -142,11 +142,11 @@ class VariantSpec:
     faithful: bool | None = None             # None: the grid's `faithful`
 
 
-# Ray Tune trials per `Tuner.fit`: Tune keeps ~30 KB of driver memory per trial until its `fit` ends (a finished
-# trial's results already dropped: orchestrator/tune.py `forget_results`), so 2,500 bound the trials' share of the
-# driver to ~+75 MB, at the price of a wave boundary (a cold start of the trial actors, ~9 s on a 2-core machine) per
-# 2,500 trials (benchmarks/RESULTS.md section 15)
-TRIALS_PER_WAVE = 2500
+# Ray Tune trials per `Tuner.fit` (None: all of a submission in one). Tune keeps a `Trial` object per trial on the
+# driver until its `fit` ends; RecordingScheduler drops the finished ones as it goes (orchestrator/tune.py
+# `_drop_finished`), so one `fit` keeps the driver flat (+32 MB at 4,270 trials) and no wave boundary (a cold start
+# of the trial actors) is paid (benchmarks/RESULTS.md section 15). A number still splits a submission into waves.
+TRIALS_PER_WAVE: int | None = None
 
 @dataclass
 class RuntimeSpec:
@@ -162,7 +162,7 @@ class RuntimeSpec:
     gpus_per_trial: float = opt(0.0, min=0, max=1)
     max_failures: int = opt(1, min=0)        # Tune retries of a trial that crashed its worker
     max_concurrent_trials: int | None = opt(None, min=1)
-    # trials per Ray Tune experiment (orchestrator/tune.py "Waves"; None: all in one): bounds the driver's memory
+    # trials per Ray Tune experiment (orchestrator/tune.py "Waves"; None: all in one, the default)
     trials_per_wave: int | None = opt(TRIALS_PER_WAVE, min=1)
     render_actors: int | None = opt(None, min=1)   # Ray Data actor pool size (None: one per CPU)
     save_scores: bool = True                 # keep each trial's score matrix (fp16) for re-analysis

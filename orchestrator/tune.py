@@ -16,10 +16,12 @@ scheduling, retrying and recording the trials it has. So Ray Tune stays the tria
 stays the hand-off: a trial reads its clips from the cache exactly as before, only later.
 
 Waves: Ray Tune keeps a `Trial` object per trial on the driver until `Tuner.fit` returns (plain Tune grew the
-driver by ~66 KB a trial at 4,270 trials, benchmarks/RESULTS.md section 15). `run_trials` therefore runs several
-`Tuner.fit` one after another on the same gate, each handing out at most `wave` trials (its `GatedSearcher` says
-FINISHED once it has), so that state is freed between waves. The cost is a barrier at each wave's end: the next wave
-starts when the last trial of this one finishes, and its trial actors start afresh (measured in section 15). A wave
+driver by ~66 KB a trial at 4,270 trials, benchmarks/RESULTS.md section 15). `RecordingScheduler` drops Tune's
+references to finished trials as the `fit` goes on (`_drop_finished`), so by default a submission's trials run in one
+`Tuner.fit` with the driver flat. `run_trials` can still run several `Tuner.fit` one after another on the same gate
+(`wave`: each hands out at most that many trials; its `GatedSearcher` says FINISHED once it has); the cost is a
+barrier at each wave's end: the next wave starts when the last trial of this one finishes, and its trial actors start
+afresh (measured in section 15). A wave
 also ends when it is idle (every trial it handed out finished, none ready for 2 s: `GatedSearcher`) while a producer
 waits for resources its idle actors hold (or after 30 s idle), so that the producers get the cluster; `run_trials`
 waits on the gate, holding no trial actor, and starts the next wave when a trial is ready. An idle wave whose
@@ -408,6 +410,9 @@ class FirstPendingScheduler(FIFOScheduler):
         return None
 
 
+DROP_EVERY = 64   # finished trials at the head of Tune's list before RecordingScheduler drops them (in one slice)
+
+
 class RecordingScheduler(FirstPendingScheduler):
     """The driver's side of every trial, in Tune's scheduler (FIFO order: FirstPendingScheduler): hands each
     finished trial's result to `on_result` exactly once and a trial whose worker crashed (after Tune's retries) to
@@ -422,6 +427,33 @@ class RecordingScheduler(FirstPendingScheduler):
         super().__init__()
         self.seen: set[str] = set()
         self.on_result, self.on_crash = on_result, on_crash
+        self.crashed = 0    # trials handed to on_crash: Tune's ResultGrid no longer sees the trials dropped below
+        self.dropped = 0
+
+    def choose_trial_to_run(self, tune_controller) -> Trial | None:
+        trial = super().choose_trial_to_run(tune_controller)
+        if self._finished_prefix >= DROP_EVERY:
+            self._drop_finished(tune_controller)
+        return trial
+
+    def _drop_finished(self, tune_controller) -> None:
+        """Tune's references to the finished prefix of its trial list, dropped, so those `Trial` objects are freed
+        while the `fit` goes on rather than when it ends (~11 KB a trial, and as much again as each trial's JSON state
+        at the fit's end: benchmarks/RESULTS.md section 15). Tune holds a finished trial in its list, in the set of
+        its status (`_stopped_trials`, `_failed_trials`: bookkeeping that nothing reads back) and in the set of trials
+        whose state it saves next (`_trials_to_cache`: with periodic saves off, every trial changed since the `fit`
+        started); its actor bookkeeping lets go of a trial by itself once the actor is stopped or cached. A finished
+        trial never changes status again within a `fit` (FirstPendingScheduler; Tune skips setting a status a trial
+        already has), and nothing of ours reads Tune's trials or its experiment state: the ledger is the record,
+        errors are counted here (tests/test_waves.py counts the live `Trial` objects)."""
+        controller = getattr(tune_controller, "_tune_controller", tune_controller)   # past the wrapper Tune gives
+        trials = controller.get_trials()
+        gone = trials[:self._finished_prefix]
+        del trials[:self._finished_prefix]
+        self._finished_prefix = 0
+        self.dropped += len(gone)
+        for held in ("_stopped_trials", "_failed_trials", "_trials_to_cache"):
+            getattr(controller, held, set()).difference_update(gone)
 
     def __getstate__(self):
         # Tune pickles its scheduler into tuner.pkl for Tuner.restore; the hooks hold the driver's ledger, tracker
@@ -442,6 +474,7 @@ class RecordingScheduler(FirstPendingScheduler):
             return
         if trial.trial_id not in self.seen:
             self.seen.add(trial.trial_id)
+            self.crashed += 1
             self.on_crash(trial.config["spec"], trial_error_message(trial))
         forget_results(trial)
 
@@ -525,11 +558,12 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
                 continue
             quota = left if wave is None else min(wave, left)
             searcher = GatedSearcher(gate, quota)
+            scheduler = RecordingScheduler(on_result, on_crash)
             waves += 1
             tuner = tune.Tuner(
                 trainable,
                 tune_config=tune.TuneConfig(reuse_actors=reuse_actors, max_concurrent_trials=max_concurrent,
-                                            search_alg=searcher, scheduler=RecordingScheduler(on_result, on_crash),
+                                            search_alg=searcher, scheduler=scheduler,
                                             num_samples=quota,
                                             trial_name_creator=_short_name, trial_dirname_creator=_short_name),
                 run_config=tune.RunConfig(name=name if waves == 1 else f"{name}-w{waves}", storage_path=storage_path,
@@ -537,7 +571,8 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
                                           callbacks=[]),   # none: see RecordingScheduler
             )
             with _tune_settings_for_many_trials():
-                errors += tuner.fit().num_errors
+                tuner.fit()
+            errors += scheduler.crashed
             trials += searcher.handed
             del tuner   # with the ResultGrid, it holds this wave's Trial objects: the state the waves free
             gc.collect()

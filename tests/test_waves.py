@@ -241,3 +241,45 @@ def test_the_driver_running_trials_does_not_import_mlflow(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"seen": [0, 1, 2], "mlflow": False}
+
+
+def test_finished_trials_are_freed_while_the_fit_goes_on(tmp_path, monkeypatch):
+    """RecordingScheduler drops Tune's references to finished trials during the `fit` (orchestrator/tune.py
+    `_drop_finished`), so the driver's memory does not grow with the trials of a wave: counted as live `Trial`
+    objects in the driver while 240 trials run in one wave (Tune alone keeps all 240 until the `fit` ends). A trial
+    that crashes is still counted as an error, though Tune's ResultGrid no longer holds it."""
+    import gc
+
+    import ray
+    from ray.tune.experiment import Trial
+
+    from orchestrator import ray_env
+    from orchestrator.tune import DROP_EVERY
+
+    def trainable(config):
+        from ray import tune
+
+        if config["spec"]["seed"] == 7:
+            raise RuntimeError("worker crashed")
+        tune.report({"result_json": json.dumps({"seed": config["spec"]["seed"]})})
+
+    live: list[int] = []
+    seen: list[int] = []
+    crashed: list[int] = []
+    monkeypatch.setenv("TUNE_MAX_PENDING_TRIALS_PG", "4")   # Tune creates trials as slots free, not 200 up front
+
+    def on_result(r):
+        seen.append(r["seed"])
+        if len(seen) % 20 == 0:
+            live.append(sum(isinstance(o, Trial) for o in gc.get_objects()))
+
+    ray_env.start_ray(None, 2, dashboard=False)
+    try:
+        run = run_trials(_specs(240), None, storage_path=str(tmp_path / "tune"), name="f", cpus_per_trial=1,
+                         gpus_per_trial=0, max_failures=0, max_concurrent=None, on_result=on_result,
+                         on_crash=lambda spec, err: crashed.append(spec["seed"]), trainable=trainable, wave=None)
+    finally:
+        ray.shutdown()
+    assert sorted(seen) == [i for i in range(240) if i != 7] and crashed == [7]
+    assert (run.waves, run.trials, run.errors) == (1, 240, 1)
+    assert len(live) == 11 and max(live) <= DROP_EVERY + 16 < 240, live   # without the drop: 20, 40, ... 220
