@@ -32,7 +32,7 @@ this 2-core machine one run of plain Tune took 62-78 s between runs of the same 
 section 15).
 
 `--wave N` is `run_trials`' wave size (trials per `Tuner.fit`, orchestrator/tune.py "Waves"); `--wave 0` runs all
-trials in one Tuner (as before waves existed).
+trials in one Tuner, as the default (`runtime.trials_per_wave: null`) now does.
 """
 from __future__ import annotations
 
