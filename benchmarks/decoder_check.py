@@ -199,7 +199,8 @@ def main(argv=None) -> int:
           f"{av.library_versions['libavcodec']}), {platform.machine()}, Python {platform.python_version()}")
     print()
     print("| file | frames: decord / cv2 count / cv2 read / PyAV | frame i = frame i | min PSNR decord vs cv2 "
-          "(per frame) | decord get_batch(12) = its full decode | authors' cv2 sampler vs ours: indices, min PSNR | conversion applied (MAE, next best): "
+          "(per frame) | decord get_batch(12) = its full decode | authors' cv2 sampler vs ours: indices, min PSNR | "
+          "conversion applied (MAE, next best): "
           "decord; cv2; PyAV |")
     print("|---|---|---|---|---|---|---|")
     for name, (container, codec, w, h, pix, params) in CASES.items():

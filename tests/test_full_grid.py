@@ -51,7 +51,8 @@ def test_full_grid_is_the_papers_matrix(mlvp_env):
     assert t.model_version == next(q.model_version for q in qs if q.dataset == "lsmdc" and q.backbone == "xpool")
     assert {t.dataset for t in plan.trials} == set(N_TEST)
     assert {t.method for t in plan.trials} == {"source", "tent", "read", "sar", "eata", "tcr", "hat_vtr"}
-    assert {t.resolution for t in plan.trials} == {224} and {t.clip_model for t in plan.trials} == {"ViT-B-32-quickgelu"}
+    assert {t.resolution for t in plan.trials} == {224}
+    assert {t.clip_model for t in plan.trials} == {"ViT-B-32-quickgelu"}
     # each dataset's query clips are rendered once per (perturbation, severity) and shared by its 14 trials; the
     # QGS cells need only the clean clips, which query shift renders already
     assert plan.render_count() == sum(N_TEST.values()) * (12 * 5 + 1)

@@ -2,6 +2,7 @@
 scores."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 from workloads.backbones import create_backbone
 from workloads.methods import METHODS, NAMES, Gallery, NonFiniteError, create_method, iter_batches, run_stream
@@ -54,10 +55,10 @@ def test_source_changes_nothing_and_matches_plain_scoring(direction):
     with torch.no_grad():
         if direction == "v2t":
             pooled = model.encode_frames(queries).mean(1)
-            ref = torch.nn.functional.normalize(pooled, dim=-1) @ torch.nn.functional.normalize(gallery.features, dim=-1).t()
+            ref = F.normalize(pooled, dim=-1) @ F.normalize(gallery.features, dim=-1).t()
         else:
             text = model.encode_text(queries)
-            ref = torch.nn.functional.normalize(text, dim=-1) @ torch.nn.functional.normalize(gallery.features.mean(1), dim=-1).t()
+            ref = F.normalize(text, dim=-1) @ F.normalize(gallery.features.mean(1), dim=-1).t()
     torch.testing.assert_close(scores, ref, atol=1e-5, rtol=1e-5)
 
 

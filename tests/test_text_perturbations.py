@@ -433,7 +433,7 @@ def test_wordnet_location_is_configurable(tmp_path, monkeypatch):
     assert wn.synonyms("car") == _wordnet.load(found).synonyms("car")
 
 
-# -- precomputed JSON ---------------------------------------------------------------------------------------------------
+# -- precomputed JSON ------------------------------------------------------------------------------------------------
 def _write(tmp_path, data, name="formal_1.json"):
     path = tmp_path / name
     path.write_text(json.dumps(data) if not isinstance(data, str) else data)
