@@ -27,14 +27,19 @@ shrink (on a real cluster it is seconds against hours).
 Trials are executed by one actor per GPU slot (fractional GPU, `cpus_per_trial` CPUs) fed from the ReadyGate; Ray
 Tune's per-trial bookkeeping (about a second per trial on a loaded 2-core machine, benchmarks/RESULTS.md section 11)
 would dominate sleeps scaled to milliseconds, so `--executor tune` (the real `run_trials` with `GatedSearcher`) is
-offered for smaller plans (`--datasets msrvtt`).
+offered for smaller plans (`--datasets msrvtt`). It prints how many worker processes ran trials and how busy the
+slots were: scaled down, a trial (~0.25 s) is shorter than a trial actor's start, and Ray Tune gives a pending
+trial whose own actor is still starting the actor a finished trial just freed, removing the starting one
+(ray/tune/execution/tune_controller.py `_maybe_reuse_cached_actor`). When the first trial ends before the other
+slots' actors have started, every later start is removed the same way and one actor runs all the trials
+(benchmarks/RESULTS.md section 15); a real trial runs for minutes.
 
 Lower bound: max(total render CPU time / CPUs, total trial GPU time / GPU slots), printed twice: with every CPU
 rendering (the issue's formula) and with the CPUs the trial slots hold taken out (what any design that keeps the
 GPUs fed can use for rendering).
 
     python benchmarks/cluster_sim.py                        # full_mlvp, 64 CPUs, 4 GPUs x 1 slot, ~3-6 min
-    python benchmarks/cluster_sim.py --datasets msrvtt --executor tune --target 60 [--wave 1000]
+    python benchmarks/cluster_sim.py --datasets msrvtt --executor tune --designs overlap --target 60
 """
 from __future__ import annotations
 
@@ -217,6 +222,8 @@ def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap:
             gate.ready(f"render:{rs[0]}/{rs[1]}/{rs[2]}")
     t_render = None
     done_at: list[float] = []
+    waves = None
+    ran: list[dict] = []   # Tune's trials: when each slept, in which worker
     if executor == "tune":
         from ray import tune
 
@@ -227,14 +234,15 @@ def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap:
         def trainable(config):
             from workloads.spec import TrialSpec
 
+            start = time.time()
             time.sleep(costs_ref[TrialSpec.from_dict(config["spec"]).key])
-            tune.report({"result_json": json.dumps({"ok": True})})
+            tune.report({"result_json": json.dumps({"start": start, "end": time.time(), "pid": os.getpid()})})
 
         costs_ref = costs
-        run_trials(trials, None, storage_path=str(Path(tempfile.mkdtemp()) / "tune"), name="sim",
+        waves = run_trials(trials, None, storage_path=str(Path(tempfile.mkdtemp()) / "tune"), name="sim",
                    cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, max_failures=0,
-                   max_concurrent=None, on_result=lambda r: done_at.append(time.time()),
-                   on_crash=lambda *a: None, gate=gate, trainable=trainable, wave=wave)
+                   max_concurrent=None, on_result=lambda r: (done_at.append(time.time()), ran.append(r)),
+                   on_crash=lambda *a: None, gate=gate, trainable=trainable, wave=wave).waves
     else:
         idle = list(workers)
         running: dict = {}
@@ -265,7 +273,13 @@ def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap:
     first_row = videos_per_row * cost.sec_per_clip[sets[0][0]] * scale / cpus_per_actor
     startup = max(0.0, (stream.first_output_at or t0) - t0 - first_row)
     return {"makespan": time.time() - t0, "render_done": t_render, "trials": len(done_at), "startup": startup,
-            "first_trial_done": (min(done_at) - t0) if done_at else None}
+            "first_trial_done": (min(done_at) - t0) if done_at else None, "waves": waves,
+            # the slots' busy share between the first trial's start and the last one's end
+            "occupancy": (sum(r["end"] - r["start"] for r in ran) / slots
+                          / (max(r["end"] for r in ran) - min(r["start"] for r in ran))) if ran else None,
+            "trial_workers": len({r["pid"] for r in ran}) if ran else None,
+            "done_quartiles": [round(sorted(done_at)[int(q * (len(done_at) - 1))] - t0, 1) for q in (0.25, 0.5, 0.75)]
+            if done_at else []}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -358,7 +372,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"render pool's start-up "
                   f"({r['startup']:.1f} s) = {net / scale / 3600:5.2f} h real = {net / (lb * scale):.2f}x bound "
                   f"({net / (lb_all * scale):.2f}x the all-CPU bound); renders done at {r['render_done']:.1f} s, "
-                  f"first trial done at {r['first_trial_done']:.1f} s, {r['trials']} trials ({time.time() - t:.0f}s)")
+                  f"first trial done at {r['first_trial_done']:.1f} s, {r['trials']} trials ({time.time() - t:.0f}s)"
+                  + (f"; Tune experiments (waves) {r['waves']}, trial workers {r['trial_workers']}, slots busy "
+                     f"{r['occupancy']:.0%}" if r["waves"] is not None else "")
+                  + f"; a quarter, half, three quarters of the trials done at {r['done_quartiles']} s")
     finally:
         ray.shutdown()
     if {"overlap", "staged"} <= set(results):
