@@ -278,8 +278,8 @@ def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap:
             "occupancy": (sum(r["end"] - r["start"] for r in ran) / slots
                           / (max(r["end"] for r in ran) - min(r["start"] for r in ran))) if ran else None,
             "trial_workers": len({r["pid"] for r in ran}) if ran else None,
-            "done_quartiles": [round(sorted(done_at)[int(q * (len(done_at) - 1))] - t0, 1) for q in (0.25, 0.5, 0.75)]
-            if done_at else []}
+            "done_quartiles": [round(done[int(q * (len(done) - 1))] - t0, 1) for q in (0.25, 0.5, 0.75)]
+            if (done := sorted(done_at)) else []}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,8 @@
 """Trials on Ray Tune: one Tune trial per grid cell, each `workloads.trial.run` in a worker.
 
-- A trial reports once, with its whole result. A driver-side callback writes the ledger and the MLflow child run as
-  each trial finishes (one writer for both, nothing lost if the driver dies later).
+- A trial reports once, with its whole result. The driver's side (`RecordingScheduler`, Tune's scheduler) hands it
+  to the ledger and the MLflow child run as each trial finishes (one writer for both, nothing lost if the driver dies
+  later).
 - Failures inside a trial (bad data, NaN scores) come back as failed results: deterministic, so not retried. A crashed
   worker (OOM, segfault) is a Tune error, retried `max_failures` times, then recorded as failed.
 - Tune's auto CSV/JSON loggers are off (they cost ~300 KB of driver memory per trial at thousands of trials);
@@ -15,17 +16,16 @@ next trial whose needs are all met, in plan order, and tells Tune "not yet" (Non
 scheduling, retrying and recording the trials it has. So Ray Tune stays the trial scheduler and the render cache
 stays the hand-off: a trial reads its clips from the cache exactly as before, only later.
 
-Waves: Ray Tune keeps a `Trial` object per trial on the driver until `Tuner.fit` returns (plain Tune grew the
-driver by ~66 KB a trial at 4,270 trials, benchmarks/RESULTS.md section 15). `RecordingScheduler` drops Tune's
-references to finished trials as the `fit` goes on (`_drop_finished`), so by default a submission's trials run in one
+Waves: Ray Tune keeps a `Trial` object per trial on the driver until `Tuner.fit` returns (plain Tune grew the driver
+by ~66 KB a trial at 4,270 trials, benchmarks/RESULTS.md section 15). `RecordingScheduler` drops Tune's references
+to finished trials as the `fit` goes on (`_drop_finished`), so by default a submission's trials run in one
 `Tuner.fit` with the driver flat. `run_trials` can still run several `Tuner.fit` one after another on the same gate
 (`wave`: each hands out at most that many trials; its `GatedSearcher` says FINISHED once it has); the cost is a
-barrier at each wave's end: the next wave starts when the last trial of this one finishes, and its trial actors start
-afresh (measured in section 15). A wave
-also ends when it is idle (every trial it handed out finished, none ready for 2 s: `GatedSearcher`) while a producer
-waits for resources its idle actors hold (or after 30 s idle), so that the producers get the cluster; `run_trials`
-waits on the gate, holding no trial actor, and starts the next wave when a trial is ready. An idle wave whose
-producers are running keeps its actors, saving a new wave's start.
+barrier at each wave's end: the next wave starts when the last trial of this one finishes, and its trial actors
+start afresh (measured in section 15). A wave also ends when it is idle (every trial it handed out finished, none
+ready for 2 s: `GatedSearcher`) while a producer waits for resources its idle actors hold (or after 30 s idle), so
+that the producers get the cluster; `run_trials` waits on the gate, holding no trial actor, and starts the next wave
+when a trial is ready. An idle wave whose producers are running keeps its actors, saving a new wave's start.
 """
 from __future__ import annotations
 
@@ -428,7 +428,6 @@ class RecordingScheduler(FirstPendingScheduler):
         self.seen: set[str] = set()
         self.on_result, self.on_crash = on_result, on_crash
         self.crashed = 0    # trials handed to on_crash: Tune's ResultGrid no longer sees the trials dropped below
-        self.dropped = 0
 
     def choose_trial_to_run(self, tune_controller) -> Trial | None:
         trial = super().choose_trial_to_run(tune_controller)
@@ -451,7 +450,6 @@ class RecordingScheduler(FirstPendingScheduler):
         gone = trials[:self._finished_prefix]
         del trials[:self._finished_prefix]
         self._finished_prefix = 0
-        self.dropped += len(gone)
         for held in ("_stopped_trials", "_failed_trials", "_trials_to_cache"):
             getattr(controller, held, set()).difference_update(gone)
 
@@ -574,7 +572,7 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
                 tuner.fit()
             errors += scheduler.crashed
             trials += searcher.handed
-            del tuner   # with the ResultGrid, it holds this wave's Trial objects: the state the waves free
+            del tuner   # and with it the Trial objects Tune still held (those not yet dropped: _drop_finished)
             gc.collect()
             if searcher.handed < quota and not searcher.ended_idle:   # the gate said FINISHED (closed, none left)
                 break
