@@ -3,11 +3,11 @@
     python benchmarks/calibrate_default.py [--grid grids/all_perturbations.yaml] [--dataset synthetic_v2]
         [--option size=160 ...] [--queries N] [--types gaussian_noise,...] [--severities 1,2,3,4,5] [--steps N]
 
-Builds the grid's plan (orchestrator/plan.py: the same dataset, fine-tuning config, render keys and cache paths as
+Builds the grid's plan (orchestrator/planning/plan.py: the same dataset, fine-tuning config, render keys and cache paths as
 `python -m orchestrator submit GRID` with the same MLVP_CACHE_DIR), then, in this one process:
   1. generates the dataset and fine-tunes the grid's CLIP4Clip checkpoint (workloads/backbones/finetune.py
      ensure_finetuned; cached, shared with `submit`);
-  2. prepares event insertion's distractors as `submit` does (orchestrator/assets.py, the same cache file);
+  2. prepares event insertion's distractors as `submit` does (orchestrator/config/assets.py, the same cache file);
   3. renders every (type, severity) of the plan for the first N test videos with `render_video`
      (workloads/render_cache.py: decode -> perturb at the native size -> resize to the model input -> cache), the
      function the render stage's actors call, into the grid's render cache (so `submit` reuses the clips);
@@ -91,10 +91,12 @@ def main(argv=None) -> int:
     import torch
     import torch.nn.functional as F
 
-    from orchestrator.assets import _prepare_task, dataset_assets
-    from orchestrator.grid import load_grid
-    from orchestrator.plan import Paths, build_plan
-    from orchestrator.render import render_keys
+    from orchestrator.stages.assets import _prepare_task
+    from orchestrator.config.assets import dataset_assets
+    from orchestrator.config.grid import load_grid
+    from orchestrator.planning.paths import Paths
+    from orchestrator.planning.plan import build_plan
+    from orchestrator.planning.render_sets import render_keys
     from workloads.atomic import atomic_write_text
     from workloads.backbones import create_backbone
     from workloads.backbones.finetune import ensure_finetuned
@@ -138,7 +140,7 @@ def main(argv=None) -> int:
         print(f"checkpoint {Path(ckpt).name}: clean R@1 v2t {record['metrics']['v2t_R1']:.1f}", flush=True)
     times["finetune"] = time.time() - t0
 
-    # per-dataset and per-video assets, as orchestrator/submit.py prepare_assets (same cache file as `submit`)
+    # per-dataset and per-video assets, as orchestrator/run/submit.py prepare_assets (same cache file as `submit`)
     assets = dataset_assets(plan.grid, name)
     video_assets: dict[str, dict] = {}
     t0 = time.time()
@@ -151,7 +153,7 @@ def main(argv=None) -> int:
         if cache.is_file() and not args.reuse_checkpoint:
             chosen = json.loads(cache.read_text())
         else:
-            from orchestrator.assets import asset_paths
+            from orchestrator.config.assets import asset_paths
 
             backbone, _, kind = plan.embedders[name]
             ap_ = asset_paths(plan.grid, name)
@@ -163,7 +165,7 @@ def main(argv=None) -> int:
             video_assets.setdefault(vid, {}).update(extra)
     times["assets"] = time.time() - t0
 
-    # render exactly as the render stage's actors (orchestrator/render.py RenderActor -> render_video)
+    # render exactly as the render stage's actors (orchestrator/stages/render.py RenderActor -> render_video)
     render_root = plan.paths.render if not args.reuse_checkpoint else tmp / "render"
     rcache = RenderCache(render_root)
     pairs = list(test.pairs)

@@ -3,8 +3,8 @@ against the staged design (render everything, then run the trials), in one run.
 
 What is real: the plan of grids/full_mlvp.yaml (its trial list and its render sets, built from stand-in annotation
 files at the real test-split sizes, written to a temporary folder), the render-set order (`ordered_sets`), the
-render stream (orchestrator/render.py `RenderStream`: Ray Data, an actor pool, each set announced as its last clip
-comes out), the `ReadyGate` (orchestrator/tune.py) that releases trials in plan order as their sets become ready, and
+render stream (orchestrator/stages/render.py `RenderStream`: Ray Data, an actor pool, each set announced as its last clip
+comes out), the `ReadyGate` (orchestrator/run/tune.py) that releases trials in plan order as their sets become ready, and
 Ray's scheduling of fractional GPUs. What is simulated: Ray runs with *logical* resources (`num_gpus=4` on a machine
 without GPUs), each render row and each trial sleeps for its cost from the cost model below, scaled down so a run
 takes minutes; checkpoints, checks and text sets count as ready (they are not part of the bound).
@@ -14,7 +14,7 @@ Cost model (real seconds, printed by the run): a render set is every test clip o
 minutes; benchmarks/RESULTS.md section 10 measured ~0.16 s per rendering of a 10 s clip); a trial is
 ceil(queries / runtime.batch_size) batches of `--sec-per-batch` seconds on a GPU slot, `trials per GPU` =
 1 / `--gpus-per-trial` (default the grid's runtime.gpus_per_trial). The default seconds per batch come from
-orchestrator/cost_model.py (measured on an H200, RESULTS.md section 6): 0.28 s for one fp32 trial alone on a GPU;
+orchestrator/planning/cost_model.py (measured on an H200, RESULTS.md section 6): 0.28 s for one fp32 trial alone on a GPU;
 K trials sharing a GPU each take K / 0.92 times as long.
 
 Granularity, so that a 2-core machine can start the simulated cluster: a render actor stands for
@@ -95,8 +95,9 @@ def write_annotations(root: Path, sizes: dict[str, int]) -> None:
 
 
 def full_plan(tmp: Path, datasets: list[str] | None):
-    from orchestrator.grid import load_grid
-    from orchestrator.plan import Paths, build_plan
+    from orchestrator.config.grid import load_grid
+    from orchestrator.planning.paths import Paths
+    from orchestrator.planning.plan import build_plan
 
     write_annotations(tmp / "data", TEST_SIZES)
     weights = tmp / "clip_vit_b32.bin"
@@ -132,7 +133,7 @@ class CostModel:
 
 
 class SleepRenderActor:
-    """Stands in for orchestrator.render.RenderActor: a row is a chunk of `clips` videos x the severities of one
+    """Stands in for orchestrator.stages.render.RenderActor: a row is a chunk of `clips` videos x the severities of one
     (dataset, perturbation) group; it sleeps their cost and reports one output row per set (the real actor: per clip,
     the stream counts `clips` of them)."""
 
@@ -173,8 +174,8 @@ def sim_rows(cost: CostModel, videos_per_row: int):
 
 def set_order(plan, cost: CostModel, order: str, render_cpus: int, slots: int):
     """(render sets in render order, trials in the same order): `plan` as submit does (first need in plan order,
-    clean sets first), `johnson` by the cost model (orchestrator/render.py johnson_order)."""
-    from orchestrator.render import johnson_order, ordered_sets, trial_render_sets
+    clean sets first), `johnson` by the cost model (orchestrator/stages/render.py johnson_order)."""
+    from orchestrator.planning.render_sets import johnson_order, ordered_sets, trial_render_sets
 
     sets = ordered_sets(plan, plan.trials)
     sets = [rs for rs in sets if rs[1] == "clean"] + [rs for rs in sets if rs[1] != "clean"]
@@ -194,9 +195,9 @@ def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap:
                cpus_per_actor: int = 1, order: str = "johnson", wave: int | None = None) -> dict:
     import ray
 
-    from orchestrator.render import RenderStream
-    from orchestrator.submit import trial_needs
-    from orchestrator.tune import ReadyGate
+    from orchestrator.stages.render import RenderStream
+    from orchestrator.planning.needs import trial_needs
+    from orchestrator.run.gate import ReadyGate
 
     sets, trials = set_order(plan, cost, order, render_actors, slots)
     gate = ReadyGate(trials, lambda t: [n for n in trial_needs(plan, t) if n.startswith("render:")])
@@ -227,7 +228,7 @@ def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap:
     if executor == "tune":
         from ray import tune
 
-        from orchestrator.tune import run_trials
+        from orchestrator.run.tune import run_trials
 
         costs = {t.key: cost.trial(t) * scale for t in plan.trials}
 
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus-per-trial", type=float, default=None,
                     help="GPU share of a trial slot (default: the grid's runtime.gpus_per_trial)")
     ap.add_argument("--sec-per-batch", type=float, default=None,
-                    help="seconds per trial batch on its GPU slot (default: orchestrator/cost_model.py's)")
+                    help="seconds per trial batch on its GPU slot (default: orchestrator/planning/cost_model.py's)")
     ap.add_argument("--sec-per-clip", type=str, default=None,
                     help="CPU seconds per rendered clip: one number, or dataset=s,... (default: per-dataset table)")
     ap.add_argument("--target", type=float, default=90.0,
@@ -310,8 +311,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
-    from orchestrator import cost_model
-    from orchestrator.render import ordered_sets
+    from orchestrator.planning import cost_model
+    from orchestrator.planning.render_sets import ordered_sets
 
     tmp = Path(tempfile.mkdtemp(prefix="mlvp-cluster-sim-"))
     plan = full_plan(tmp, args.datasets.split(",") if args.datasets else None)
@@ -353,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.getLogger("ray.data").setLevel(logging.ERROR)
-    from orchestrator.grid import TRIALS_PER_WAVE
+    from orchestrator.config.schema import TRIALS_PER_WAVE
 
     wave = TRIALS_PER_WAVE if args.wave is None else (args.wave or None)
     if args.executor == "tune":

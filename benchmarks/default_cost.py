@@ -30,7 +30,7 @@ CELLS = [("clean", 0)] + [(p, s) for p in ("gaussian_noise", "impulse_noise") fo
 def measure(name: str, root: Path, steps: int, workers: int) -> dict:
     import torch
 
-    from orchestrator.grid import load_grid
+    from orchestrator.config.grid import load_grid
     from workloads.backbones.finetune import ensure_finetuned
     from workloads.datasets import create_dataset
     from workloads.render_cache import RenderCache, RenderKey, render_video
@@ -42,7 +42,8 @@ def measure(name: str, root: Path, steps: int, workers: int) -> dict:
     ds = create_dataset(name, root=str(root / "datasets"), workers=workers)
     test, train = ds.test_split(), ds.train_split()
     out["generate"] = time.time() - t0
-    from orchestrator.plan import Paths, build_plan
+    from orchestrator.planning.paths import Paths
+    from orchestrator.planning.plan import build_plan
 
     plan = build_plan(grid, Paths.make(root / "results", root / "cache"))
     cfg = plan.models[("clip4clip", "synthetic")].finetune

@@ -8,12 +8,12 @@ in a fresh process of its own (below):
 
 - **plain Tune**: `tune.Tuner` over the same specs as a Tune user writes it (a grid search, Tune's default scheduler
   and console), nothing recorded;
-- **ours**: what `submit` does around the trials (orchestrator/submit.py `_run`, minus fine-tuning, check and
+- **ours**: what `submit` does around the trials (orchestrator/run/submit.py `_run`, minus fine-tuning, check and
   rendering, which are real work and not overhead): load and plan the grid, read the ledger, start the tracking
-  process (orchestrator/tracking.py TrackerProcess: MLflow, sqlite under the results dir), the parent run and sync,
-  run the trials through orchestrator/tune.py `run_trials` with the driver's `LiveRecorder` (ledger write, MLflow
+  process (orchestrator/record/mlflow_store.py TrackerProcess: MLflow, sqlite under the results dir), the parent run and sync,
+  run the trials through orchestrator/run/tune.py `run_trials` with the driver's `LiveRecorder` (ledger write, MLflow
   child run with its artifact, console line, progress bar), then `finish` (tables and report from the ledger,
-  written by a child process as `submit` does: orchestrator/outputs.py; the parent run closed with them);
+  written by a child process as `submit` does: orchestrator/report/outputs.py; the parent run closed with them);
 - **re-submit**: `submit()` itself on the same grid with the ledger full: nothing to run, no Ray, MLflow checked for
   every trial and the tables rebuilt.
 
@@ -31,7 +31,7 @@ just freed (its ~290 MB of Trial objects) and its RSS growth read ~3x too low (b
 this 2-core machine one run of plain Tune took 62-78 s between runs of the same code (benchmarks/RESULTS.md
 section 15).
 
-`--wave N` is `run_trials`' wave size (trials per `Tuner.fit`, orchestrator/tune.py "Waves"); `--wave 0` runs all
+`--wave N` is `run_trials`' wave size (trials per `Tuner.fit`, orchestrator/run/tune.py "Waves"); `--wave 0` runs all
 trials in one Tuner, as the default (`runtime.trials_per_wave: null`) now does.
 """
 from __future__ import annotations
@@ -86,7 +86,7 @@ def noop_trainable(config, env):
                          faithful_renders=1.0, timings={"gallery_s": 0.0, "adapt_s": 0.0, "total_s": 0.0,
                                                         "per_query_ms": 0.0},
                          environment={"host": "noop"})
-    if "spec" in config:   # ours reports as orchestrator/tune.py `trial_trainable` does: the result as one string
+    if "spec" in config:   # ours reports as orchestrator/run/tune.py `trial_trainable` does: the result as one string
         tune.report({"result_json": json.dumps(result.to_dict())})
     else:                  # plain Tune as its users write it: the metrics, and the rest alongside
         tune.report({"trial_ok": True, **{k: metrics[k] for k in ("R1", "R5", "R10", "MdR", "MnR")},
@@ -162,7 +162,7 @@ class RSS:
 
 def plain_tune(specs, storage: Path, cpus: float) -> float:
     """A plain Tune grid of the same size, written as a Tune user would: one grid_search per axis (dataset, method,
-    backbone, (perturbation, severity) cell), the same trainable and Tuner settings as orchestrator/tune.py;
+    backbone, (perturbation, severity) cell), the same trainable and Tuner settings as orchestrator/run/tune.py;
     nothing recorded. (A grid_search over a list of thousands of spec dicts is quadratic in Tune: its variant
     generator deep-copies the whole list for every trial.)"""
     import logging
@@ -178,7 +178,7 @@ def plain_tune(specs, storage: Path, cpus: float) -> float:
     space = {**{k: tune.grid_search(v) for k, v in axes.items()}, "cell": tune.grid_search(cells)}
     tuner = tune.Tuner(trainable, param_space=space, tune_config=tune.TuneConfig(reuse_actors=True),
                        run_config=tune.RunConfig(name="plain", storage_path=str(storage), verbose=0))
-    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)   # as orchestrator/tune.py
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)   # as orchestrator/run/tune.py
     t0 = time.perf_counter()
     tuner.fit()
     return time.perf_counter() - t0
@@ -190,13 +190,19 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    import orchestrator.tune as tune_mod
-    from orchestrator.grid import load_grid
-    from orchestrator.ledger import TrialLedger
-    from orchestrator.plan import Paths, build_plan, missing_videos
-    from orchestrator.submit import (LiveRecorder, SubmitReport, _submission_id, finish, ledger_as_of, print_plan,
-                                     select_trials, start_parent, sync_store)
-    from orchestrator.tracking import TrackerProcess, check_store, default_tracking_uri
+    import orchestrator.run.tune as tune_mod
+    from orchestrator.planning.environment import TrialEnvironment
+    from orchestrator.config.grid import load_grid
+    from orchestrator.record.ledger import TrialLedger
+    from orchestrator.planning.paths import Paths
+    from orchestrator.planning.plan import build_plan, missing_videos
+    from orchestrator.record.recorder import LiveRecorder
+    from orchestrator.run.options import SubmitReport
+    from orchestrator.run.finish import finish
+    from orchestrator.record.sync import ledger_as_of, new_submission_id, select_trials, start_parent, sync_store
+    from orchestrator.run.console import print_plan
+    from orchestrator.record.tracker_process import TrackerProcess
+    from orchestrator.record.mlflow_store import check_store, default_tracking_uri
 
     t0 = time.perf_counter()
     console = Console(file=devnull, highlight=False, soft_wrap=True)
@@ -213,7 +219,7 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     check_store(report.tracking_uri)
     tracker = TrackerProcess(report.tracking_uri, paths.results)   # as submit: MLflow in a process of its own
     tracker_rss = RSS(tracker.pid).start()
-    submission = _submission_id()
+    submission = new_submission_id()
     progress = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(), console=console)
     recorder = LiveRecorder(ledger, tracker, lambda: report.parent_run_id, grid.name, submission, progress,
@@ -221,11 +227,11 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     as_of = ledger_as_of(plan, ledger, todo)
 
     def open_store():   # as submit: on the tracker's thread, before the trial runs it logs
-        report.parent_run_id = start_parent(tracker, plan, report, submission)
+        report.parent_run_id = start_parent(tracker, plan, submission, report.to_run, report.done_before)
         sync_store(tracker, plan, ledger, lambda: report.parent_run_id, console, as_of)
 
     tracker.later(open_store, recorder.untracked)
-    env = tune_mod.TrialEnvironment(render_cache=str(paths.render), gallery_cache=str(paths.gallery), scores_dir=None,
+    env = TrialEnvironment(render_cache=str(paths.render), gallery_cache=str(paths.gallery), scores_dir=None,
                                     checkpoints={}, datasets={}, use_gpu=False, threads=1)
     # the store opens, and the parent run starts, on the tracker's thread meanwhile (as in submit)
     marks["setup_rss"], marks["setup_s"] = RSS().now(), time.perf_counter() - t0
@@ -262,7 +268,8 @@ def resubmit(grid_path: Path, results: Path) -> tuple[float, int]:
     """`submit` of the same grid with the ledger full (stdout to /dev/null)."""
     import contextlib
 
-    from orchestrator.submit import SubmitOptions, submit
+    from orchestrator.run.options import SubmitOptions
+    from orchestrator.run.submit import submit
 
     t0 = time.perf_counter()
     with open(os.devnull, "w") as out, contextlib.redirect_stdout(out):
@@ -272,9 +279,11 @@ def resubmit(grid_path: Path, results: Path) -> tuple[float, int]:
 
 def side(args) -> dict:
     """One side of the comparison in this (fresh) process: warm up, then run it; returns its figures."""
-    from orchestrator import ray_env
-    from orchestrator.grid import TRIALS_PER_WAVE, load_grid
-    from orchestrator.plan import Paths, build_plan
+    from orchestrator.run import ray_env
+    from orchestrator.config.schema import TRIALS_PER_WAVE
+    from orchestrator.config.grid import load_grid
+    from orchestrator.planning.paths import Paths
+    from orchestrator.planning.plan import build_plan
 
     work = Path(args.work)
     grid_path = work / "overhead.yaml"
@@ -380,7 +389,7 @@ def main() -> int:
               f"+{mine['growth_peak_mb']:.0f} MB (after the warm-up, at {mine['rss_base_mb']:.0f} MB), of which "
               f"setup (plan, ledger, the tracking process started) +{mine['setup_growth_mb']:.0f} MB and the "
               f"trials +{mine['growth_peak_mb'] - mine['setup_growth_mb']:.0f} MB", flush=True)
-    # MLflow (orchestrator/tracking.py TrackerProcess), the tables and the report (orchestrator/outputs.py) run in
+    # MLflow (orchestrator/record/mlflow_store.py TrackerProcess), the tables and the report (orchestrator/report/outputs.py) run in
     # processes of their own: their peaks, apart from the driver's
     outputs = (f"tables and report in their child process: peak RSS {mine['outputs_peak_mb'] or 0:.0f} MB"
                if mine["outputs_apart"] else "tables and report written by the driver (a small grid)")

@@ -1,6 +1,6 @@
 """How long `report` takes on the paper's whole matrix: grids/full_mlvp.yaml planned over stand-in annotation files
 (tests/conftest.py's layouts, so no real data is needed), every trial given a ledger-like entry with made-up metrics
-(1% failed, 1% never run), then orchestrator/report.py's write_report timed. Also the size of what it writes.
+(1% failed, 1% never run), then orchestrator/report/page.py's write_report timed. Also the size of what it writes.
 
     PYTHONPATH=$PWD python benchmarks/report_bench.py
 """
@@ -21,9 +21,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 def main() -> None:
     from conftest import stand_in_data, stand_in_videos
 
-    from orchestrator.grid import load_grid
-    from orchestrator.plan import Paths, build_plan
-    from orchestrator.report import write_report
+    from orchestrator.config.grid import load_grid
+    from orchestrator.planning.paths import Paths
+    from orchestrator.planning.plan import build_plan
+    from orchestrator.report.page import write_report
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -29,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from orchestrator.grid import load_grid  # noqa: E402
-from orchestrator.plan import Paths, build_plan  # noqa: E402
-from orchestrator.render import render_keys  # noqa: E402
+from orchestrator.config.grid import load_grid
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
+from orchestrator.planning.render_sets import render_keys
 from workloads.backbones import create_backbone  # noqa: E402
 from workloads.perturbations.text import TEXT_PERTURBATIONS, perturb_captions  # noqa: E402
 from workloads.render_cache import RenderCache  # noqa: E402

@@ -17,6 +17,13 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 # one compute thread per process: the test process, Ray workers and the synthetic generator share 2 cores, and
 # oversubscribed torch/OpenMP threads made the suite ~15x slower on a loaded machine
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# every trial the tests run calls tests/fault_injection.py's hook before it runs (a no-op unless a test sets its
+# MLVP_TEST_FAULT_* variables): the trial hook of docs/testing.md, set in the environment that the CLI processes
+# and the Ray workers inherit, with this folder on their import path
+TESTS = str(Path(__file__).resolve().parent)
+os.environ["PYTHONPATH"] = os.pathsep.join([TESTS, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                                       if p and p != TESTS]])
+os.environ.setdefault("MLVP_TRIAL_HOOK", "fault_injection:before_trial")
 
 import torch  # noqa: E402
 
@@ -78,8 +85,9 @@ def plan_unrun(folder: Path, shared_cache: Path, name: str):
     """The plan of a 6-trial grid (clean + gaussian_noise 1 and 5, Source and Tent, clip4clip), built from a dict
     and not run: for tests that write its ledger themselves (tests/test_tracking.py, tests/test_outputs.py). The
     grid file holds only its name (the parent run logs the file's text)."""
-    from orchestrator.grid import parse_grid
-    from orchestrator.plan import Paths, build_plan
+    from orchestrator.config.grid import parse_grid
+    from orchestrator.planning.paths import Paths
+    from orchestrator.planning.plan import build_plan
 
     grid_file = folder / f"{name}.yaml"
     grid_file.write_text(f"name: {name}\n")
@@ -144,7 +152,7 @@ FOLDERS = {"msrvtt": "MSRVTT", "activitynet": "ActivityNet", "lsmdc": "LSMDC", "
 
 def stand_in_videos(root: Path) -> None:
     """A video file at every path the stand-in splits name (hard links to one tiny H.264 clip): planning checks that
-    the videos exist (orchestrator/plan.py missing_videos)."""
+    the videos exist (orchestrator/planning/plan.py missing_videos)."""
     import numpy as np
 
     from workloads.datasets import create_dataset
@@ -179,10 +187,12 @@ def tiny_results(tmp_path_factory, shared_cache):
     the report and browser tests (tests/test_report*.py)."""
     from types import SimpleNamespace
 
-    from orchestrator.grid import load_grid
-    from orchestrator.ledger import TrialLedger
-    from orchestrator.plan import Paths, build_plan
-    from orchestrator.submit import SubmitOptions, submit
+    from orchestrator.config.grid import load_grid
+    from orchestrator.record.ledger import TrialLedger
+    from orchestrator.planning.paths import Paths
+    from orchestrator.planning.plan import build_plan
+    from orchestrator.run.options import SubmitOptions
+    from orchestrator.run.submit import submit
 
     root = tmp_path_factory.mktemp("report")
     grid = write_micro_grid(root / "tiny.yaml", name="tiny", backbones="[clip4clip]", methods="[source, tent]",

@@ -14,13 +14,15 @@ import numpy as np
 import pytest
 
 from conftest import write_micro_grid
-from orchestrator.__main__ import main
-from orchestrator.check import CheckCase, compare, paper_rows
-from orchestrator.grid import load_grid
-from orchestrator.ledger import TrialLedger
-from orchestrator.plan import Paths, build_plan
-from orchestrator.scenarios.base import PRETRAINED
-from orchestrator.submit import SubmitOptions, submit
+from orchestrator.cli.main import main
+from orchestrator.planning.clean_check import CheckCase, compare, paper_rows
+from orchestrator.config.grid import load_grid
+from orchestrator.record.ledger import TrialLedger
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
+from orchestrator.config.scenarios.base import PRETRAINED
+from orchestrator.run.options import SubmitOptions
+from orchestrator.run.submit import submit
 from workloads.spec import CLEAN, TrialSpec
 
 ANNOTATIONS = Path(__file__).parent / "data" / "annotations"
@@ -89,7 +91,7 @@ def test_check_on_the_embedded_default_feeds_the_ledger_and_the_trials_gallery_c
     assert {tuple(n.split("-")[1:3]) for n in galleries} >= {(b, d) for b in ("clip4clip", "xpool")
                                                              for d in ("v2t", "t2v")}
     # a second check reads the ledger: nothing is encoded, and Ray is not started
-    from orchestrator import ray_env
+    from orchestrator.run import ray_env
 
     def no_ray(*args, **kwargs):
         raise AssertionError("check started Ray with every checkpoint made and every clean result in the ledger")
@@ -174,7 +176,7 @@ def test_check_and_the_submit_gate_on_real_layouts(mlvp_env, capsys):
     assert main(["check", str(grid_file), *common, "--tolerance", "50"]) == 0
     capsys.readouterr()
 
-    # submit refuses (orchestrator/check.py CheckFailed): one line, exit status 2, before any table or trial
+    # submit refuses (orchestrator/stages/check.py CheckFailed): one line, exit status 2, before any table or trial
     assert main(["submit", str(grid_file), *common, "--no-dashboard"]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and re.match(r"error: xpool fine-tuned on msrvtt t2v: clean R@1 .* pass --force",

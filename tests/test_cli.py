@@ -7,9 +7,10 @@ import sys
 import pytest
 
 from conftest import private_cache, write_micro_grid
-from orchestrator.grid import load_grid
-from orchestrator.ledger import TrialLedger
-from orchestrator.plan import Paths, build_plan
+from orchestrator.config.grid import load_grid
+from orchestrator.record.ledger import TrialLedger
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
 from workloads.trial import render_key
 from workloads.render_cache import RenderCache
 
@@ -24,7 +25,7 @@ def cli(*args, cwd=None):
 def _commands() -> list[str]:
     import argparse
 
-    from orchestrator.__main__ import _parser
+    from orchestrator.cli.main import _parser
 
     return list(next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)).choices)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from test_faults import cli_env, common, grid, plan_of, reap, run_cli, start_cli, wait_for
-from orchestrator.ledger import TrialLedger
+from orchestrator.record.ledger import TrialLedger
 
 pytestmark = pytest.mark.slow
 
@@ -80,14 +80,14 @@ class Cluster:
                       RAY_health_check_period_ms="1000", RAY_health_check_failure_threshold="3",
                       PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
                       # fault injection at rate 0: no fault, but every trial attempt is counted with its worker pid
-                      # (orchestrator/fault_injection.py), so the test sees which trial was in flight on which node
+                      # (tests/fault_injection.py), so the test sees which trial was in flight on which node
                       MLVP_TEST_FAULT_RATE="0", MLVP_TEST_FAULT_DIR=str(self.head_dir / "attempts"))
         env.pop("RAY_ADDRESS", None)
         return env
 
     def driver_env(self) -> dict:
         # the driver gets the token file only: joining with an explicit --address must turn token auth on by
-        # itself (orchestrator/ray_env.py use_cluster_token)
+        # itself (orchestrator/run/ray_env.py use_cluster_token)
         env = cli_env(RAY_AUTH_TOKEN_PATH=str(self.token))
         env.pop("RAY_AUTH_MODE", None)
         return env

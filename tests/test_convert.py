@@ -372,7 +372,7 @@ def test_from_hf_clip_rejects_unknown_keys_and_checks_the_config():
 
 
 def test_convert_checkpoint_command(tiny, capsys):
-    from orchestrator.__main__ import main
+    from orchestrator.cli.main import main
 
     hf, pool, folder = tiny
     src = authors_checkpoint(hf, pool, folder / "cli.pth")

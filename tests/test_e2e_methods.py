@@ -3,7 +3,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import write_micro_grid
-from orchestrator.submit import SubmitOptions, submit
+from orchestrator.run.options import SubmitOptions
+from orchestrator.run.submit import submit
 from workloads.methods import NAMES
 
 pytestmark = pytest.mark.slow

@@ -4,11 +4,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import write_micro_grid
-from orchestrator.grid import load_grid
-from orchestrator.ledger import TrialLedger
-from orchestrator.plan import Paths, build_plan
-from orchestrator.render import plan_render_rows
-from orchestrator.submit import SubmitOptions, submit
+from orchestrator.config.grid import load_grid
+from orchestrator.record.ledger import TrialLedger
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
+from orchestrator.planning.render_sets import plan_render_rows
+from orchestrator.run.options import SubmitOptions
+from orchestrator.run.submit import submit
 from workloads.render_cache import RenderCache
 
 pytestmark = pytest.mark.slow

@@ -19,11 +19,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import free_port, start_mlflow_server, stop_mlflow_server, write_micro_grid
-from orchestrator import fault_injection
-from orchestrator.grid import load_grid
-from orchestrator.ledger import TrialLedger
-from orchestrator.plan import Paths, build_plan
-from orchestrator.tracking import default_tracking_uri
+import fault_injection
+from orchestrator.config.grid import load_grid
+from orchestrator.record.ledger import TrialLedger
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
+from orchestrator.record.mlflow_store import default_tracking_uri
 
 pytestmark = pytest.mark.slow
 
@@ -232,9 +233,10 @@ def test_on_trial_error_records_the_workers_error_in_the_ledger(tmp_path, shared
     import ray
     from rich.progress import Progress
 
-    from orchestrator import ray_env
-    from orchestrator.submit import LiveRecorder
-    from orchestrator.tune import TrialEnvironment, run_trials
+    from orchestrator.run import ray_env
+    from orchestrator.record.recorder import LiveRecorder
+    from orchestrator.planning.environment import TrialEnvironment
+    from orchestrator.run.tune import run_trials
 
     g = grid(tmp_path, "crash", methods="[tent]")
     plan = plan_of(g, tmp_path / "results", shared_cache)
@@ -252,7 +254,7 @@ def test_on_trial_error_records_the_workers_error_in_the_ledger(tmp_path, shared
     progress = Progress()
     recorder = LiveRecorder(ledger, NoStore(), "parent", "crash", "sub-1", progress, progress.add_task("t", total=1))
     env = TrialEnvironment(render_cache=str(tmp_path), gallery_cache=str(tmp_path), scores_dir=None, checkpoints={},
-                           datasets={}, use_gpu=False, threads=1)
+                           datasets={}, use_gpu=False, threads=1, hook="fault_injection:before_trial")
     ray_env.start_ray(None, 1, dashboard=False)
     try:
         run_trials([spec], env, storage_path=str(tmp_path / "tune"), name="crash", cpus_per_trial=1,

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from conftest import N_TEST
-from orchestrator.grid import GridError, load_grid
-from orchestrator.plan import Paths, build_plan
+from orchestrator.config.errors import GridError
+from orchestrator.config.grid import load_grid
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
 
 REPO = Path(__file__).resolve().parents[1]
 FULL = REPO / "grids" / "full_mlvp.yaml"

@@ -4,8 +4,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.grid import GridError, load_grid, parse_grid
-from orchestrator.plan import Paths, build_plan
+from orchestrator.config.errors import GridError
+from orchestrator.config.grid import load_grid, parse_grid
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 

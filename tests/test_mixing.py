@@ -4,9 +4,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.grid import GridError, parse_grid
-from orchestrator.plan import Paths, build_plan
-from orchestrator.results import write_tables
+from orchestrator.config.errors import GridError
+from orchestrator.config.grid import parse_grid
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
+from orchestrator.report.results import write_tables
 from workloads.mixing import Mix
 from workloads.spec import TrialSpec
 
@@ -87,7 +89,7 @@ def test_bad_mixed_sections_fail_at_load(change, message):
 def test_a_type_mix_trial_corrupts_exactly_its_draws(tmp_path, shared_cache):
     """Source scores each query on its own (no adaptation), so a 50% type mix must score the spared queries exactly
     as the clean trial does and the corrupted ones differently."""
-    from orchestrator.render import render_keys
+    from orchestrator.planning.render_sets import render_keys
     from workloads.render_cache import RenderCache, render_video
     from workloads.trial import TrialContext, query_cells, run
 
@@ -130,8 +132,8 @@ def test_tables_17_and_18_layouts(tmp_path, shared_cache):
 def test_a_t2v_type_mix_trial_perturbs_exactly_its_draws(tmp_path, shared_cache):
     """The t2v analogue: half of the captions replaced by their char_swap-7 versions from the text set, the rest
     scored exactly as the clean t2v trial scores them (Source, no adaptation)."""
-    from orchestrator.render import render_keys
-    from orchestrator.text_render import text_assets
+    from orchestrator.planning.render_sets import render_keys
+    from orchestrator.config.assets import text_assets
     from workloads.render_cache import RenderCache, render_video
     from workloads.text_queries import TextSetKey, read_text_set, render_text_set
     from workloads.trial import TrialContext, query_cells, run

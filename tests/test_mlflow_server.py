@@ -4,7 +4,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import free_port, start_mlflow_server, stop_mlflow_server, write_micro_grid
-from orchestrator.submit import SubmitOptions, submit
+from orchestrator.run.options import SubmitOptions
+from orchestrator.run.submit import submit
 
 pytestmark = pytest.mark.slow
 
@@ -43,8 +44,8 @@ def test_submit_logs_parent_and_children_to_a_tracking_server(tmp_path, shared_c
     assert "tables/trials.parquet" in [a.path for a in client.list_artifacts(report.parent_run_id, "tables")]
 
     # the same ledger, a second store: `sync` logs every trial there once; the server gets nothing twice
-    from orchestrator.__main__ import main
-    from orchestrator.tracking import default_tracking_uri
+    from orchestrator.cli.main import main
+    from orchestrator.record.mlflow_store import default_tracking_uri
 
     common = ["--results-dir", str(tmp_path / "results"), "--cache-dir", str(shared_cache)]
     assert main(["sync", str(grid_file), *common]) == 0

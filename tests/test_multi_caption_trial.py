@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from orchestrator.grid import GridError, parse_grid
-from orchestrator.plan import Paths, build_plan
+from orchestrator.config.errors import GridError
+from orchestrator.config.grid import parse_grid
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
 from workloads.metrics import retrieval_metrics
 
 # video -> captions: uneven groups (3, 1, 2, 3, 1 captions)
@@ -108,7 +110,7 @@ def test_the_caption_protocol_is_validated_at_load_and_keys_never_mix(msvd_root,
 def _run_trials(plan, tmp_path, monkeypatch, skip=()):
     """Render the clean clips (once per video), run each trial of the plan; returns {direction: (result, what the
     trial handed to summarise: float32 scores, gt, gallery groups)}."""
-    from orchestrator.render import plan_render_rows, render_keys
+    from orchestrator.planning.render_sets import plan_render_rows, render_keys
     from workloads import trial
     from workloads.render_cache import RenderCache, render_video
 
@@ -204,7 +206,7 @@ def test_tent_adapts_on_every_caption_query(msvd_root, tmp_path, monkeypatch):
     away from Source's."""
     plan = build_plan(_grid(msvd_root, captions="all", directions=("t2v",), methods=("source", "tent")),
                       Paths.make(tmp_path / "r", tmp_path / "cache"))
-    from orchestrator.render import render_keys
+    from orchestrator.planning.render_sets import render_keys
     from workloads import trial
     from workloads.render_cache import RenderCache, render_video
 

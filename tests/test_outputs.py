@@ -1,4 +1,4 @@
-"""The end of a submission's tables and report, written by a spawned child process (orchestrator/outputs.py): the same
+"""The end of a submission's tables and report, written by a spawned child process (orchestrator/report/outputs.py): the same
 files and counts as in the driver's own process, an error inside the child raised in the driver, and a child that
 dies reported as an error (the ledger untouched). Real processes, a real ledger; no Ray."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import os
 import pytest
 
 from conftest import plan_unrun
-from orchestrator.ledger import TrialLedger
-from orchestrator.outputs import write_outputs, write_outputs_apart
+from orchestrator.record.ledger import TrialLedger
+from orchestrator.report.outputs import write_outputs, write_outputs_apart
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_child_writes_what_the_driver_would(planned, tmp_path):
 def test_a_small_grid_is_written_here_a_large_one_apart(planned, tmp_path, monkeypatch):
     """`submit` writes a small grid's outputs in its own process (a child's start costs more than they do) and a
     large grid's in a child (outputs.write_grid_outputs)."""
-    from orchestrator import outputs
+    from orchestrator.report import outputs
 
     assert len(planned.trials) <= outputs.APART_FROM_TRIALS
     small = outputs.write_grid_outputs(planned.grid, planned.trials, tmp_path / "small", planned.paths.ledger)

@@ -1,16 +1,18 @@
-"""Rendering and trials overlap in `submit` (orchestrator/submit.py, docs/architecture.md "Overlap"): with real Ray
+"""Rendering and trials overlap in `submit` (orchestrator/run/submit.py, docs/architecture.md "Overlap"): with real Ray
 Data and Ray Tune, the trials of the first render sets finish while later sets are still being rendered."""
 from pathlib import Path
 
 import pytest
 
 from conftest import private_cache, write_micro_grid
-from orchestrator.grid import load_grid
-from orchestrator.ledger import TrialLedger
-from orchestrator.plan import Paths, build_plan
-from orchestrator.cost_model import CostModel
-from orchestrator.render import cost_ordered_sets, ordered_sets, set_need, trial_render_sets
-from orchestrator.tune import ReadyGate
+from orchestrator.config.grid import load_grid
+from orchestrator.record.ledger import TrialLedger
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
+from orchestrator.planning.cost_model import CostModel
+from orchestrator.planning.render_sets import cost_ordered_sets, ordered_sets, trial_render_sets
+from orchestrator.planning.needs import set_need
+from orchestrator.run.gate import ReadyGate
 from workloads.render_cache import RenderCache, RenderKey
 from workloads.spec import CLEAN, TrialSpec
 
@@ -22,8 +24,6 @@ def _spec(**kw) -> TrialSpec:
 
 
 def test_ready_gate_hands_out_ready_trials_in_plan_order():
-    from ray.tune.search import Searcher
-
     specs = [_spec(severity=s, method=m) for s in (1, 2) for m in ("source", "tent")]
     gate = ReadyGate(specs, lambda t: [f"set{t.severity}", "check"])
     assert gate.pop() is None                      # nothing ready yet: Tune is told "not yet"
@@ -34,10 +34,10 @@ def test_ready_gate_hands_out_ready_trials_in_plan_order():
     assert gate.pop() is None
     assert gate.drop({specs[1].key}) == 1          # run meanwhile by someone else (check): never handed out
     gate.ready("set1")
-    assert gate.pop() == specs[0] and gate.pop() == Searcher.FINISHED
+    assert gate.pop() == specs[0] and gate.pop() == ReadyGate.DONE
     closed = ReadyGate(specs, lambda t: ["never"])
     closed.close(RuntimeError("check missed"))
-    assert closed.pop() == Searcher.FINISHED and str(closed.error) == "check missed"
+    assert closed.pop() == ReadyGate.DONE and str(closed.error) == "check missed"
 
 
 def test_render_sets_follow_the_trials_that_need_them(tmp_path, shared_cache):
@@ -92,7 +92,8 @@ runtime: {{cpus_per_trial: 1, render_actors: 1, num_frames: 32}}
 def test_trials_of_early_render_sets_run_while_the_last_set_is_rendered(tmp_path, shared_cache):
     # ~3-5 min on a loaded 2-core machine: 64 px clips of 32 frames, so that H.264 (5 encode passes a clip) renders
     # long enough to outlast Ray Tune's start-up; the cheap noise sets come first (grid order), their trials beside it
-    from orchestrator.submit import SubmitOptions, submit
+    from orchestrator.run.options import SubmitOptions
+    from orchestrator.run.submit import submit
 
     cache = private_cache(tmp_path / "cache", shared_cache)   # renders of its own (the session's may hold these)
     results = tmp_path / "results"

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.__main__ import main
-from orchestrator.grid import load_grid
-from orchestrator.plan import Paths, PlanError, build_plan, missing_videos
+from orchestrator.cli.main import main
+from orchestrator.config.grid import load_grid
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import PlanError, build_plan, missing_videos
 from workloads.datasets import create_dataset
 
 FULL = "grids/full_mlvp.yaml"

@@ -1,6 +1,6 @@
 """`plan` and `submit --dry-run` size grids/full_mlvp.yaml before the data is on disk (issue #14 item 4): trials by
 scenario, render sets, checkpoints and gallery encodings, clip counts unknown and the missing paths listed with the
-variable or key to set; with annotations, the clip counts and a GPU-hours estimate from orchestrator/cost_model.py.
+variable or key to set; with annotations, the clip counts and a GPU-hours estimate from orchestrator/planning/cost_model.py.
 Nothing starts: no Ray, no ledger, no MLflow store. The expected counts come from the registries and conftest's
 stand-in annotations, not from literals."""
 from __future__ import annotations
@@ -15,9 +15,12 @@ from pathlib import Path
 import pytest
 
 from conftest import FOLDERS, N_TEST, stand_in_data
-from orchestrator.cost_model import CostModel, estimate
-from orchestrator.grid import GridError, load_grid
-from orchestrator.plan import Paths, plan_for_sizing, sizing_lines
+from orchestrator.planning.cost_model import CostModel, estimate
+from orchestrator.config.errors import GridError
+from orchestrator.config.grid import load_grid
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import plan_for_sizing
+from orchestrator.planning.describe import sizing_lines
 from workloads.methods import METHODS
 from workloads.perturbations.text import TEXT_PERTURBATIONS
 from workloads.perturbations.video import VIDEO_PERTURBATIONS
@@ -133,7 +136,7 @@ def test_sized_with_annotations_only_and_estimate(tmp_path, monkeypatch):
     weights.write_bytes(b"stand-in weights: digested, never loaded")
     monkeypatch.setenv("MLVP_DATA", str(data))
     monkeypatch.setenv("MLVP_WEIGHTS", str(weights))
-    from orchestrator.plan import missing_videos
+    from orchestrator.planning.plan import missing_videos
 
     plan = plan_for_sizing(FULL, Paths.make(tmp_path / "results"))
     missing_videos(plan)

@@ -1,5 +1,5 @@
-"""Query-gallery shift: cross-dataset and zero-shot scenarios (orchestrator/scenarios), the identity-initialised X-Pool
-head of zero-shot X-Pool, the tables in the layout of the paper's Tables 4-5, and a submission end to end through Ray
+"""Query-gallery shift: cross-dataset and zero-shot scenarios (orchestrator/config/scenarios), the identity-initialised
+X-Pool head of zero-shot X-Pool, the tables in the layout of the paper's Tables 4-5, and a submission end to end through Ray
 Tune, MLflow and Parquet on the embedded default."""
 import pandas as pd
 import pyarrow.parquet as pq
@@ -7,11 +7,12 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from orchestrator.grid import load_grid, parse_grid
-from orchestrator.plan import Paths, build_plan
-from orchestrator.results import trial_rows, write_tables
-from orchestrator.scenarios import SCENARIOS
-from orchestrator.scenarios.base import PRETRAINED
+from orchestrator.config.grid import load_grid, parse_grid
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
+from orchestrator.report.results import trial_rows, write_tables
+from orchestrator.config.scenarios import SCENARIOS
+from orchestrator.config.scenarios.base import PRETRAINED
 from workloads.backbones import create_backbone
 from workloads.backbones.model import cosine_similarity
 from workloads.backbones.xpool import XPoolPooling
@@ -153,7 +154,8 @@ def test_every_scenario_plans_from_its_own_section(tmp_path, shared_cache):
 
 @pytest.mark.slow
 def test_cross_dataset_and_zero_shot_end_to_end_through_tune_mlflow_and_parquet(tmp_path, shared_cache):
-    from orchestrator.submit import SubmitOptions, submit
+    from orchestrator.run.options import SubmitOptions
+    from orchestrator.run.submit import submit
 
     grid_file = qgs_grid(tmp_path / "qgs.yaml", name="qgs_e2e", methods="[source, hat_vtr]",
                          pairs="[[synthetic, synthetic_b]]")

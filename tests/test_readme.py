@@ -3,7 +3,7 @@ a grid that exists and validates."""
 import re
 from pathlib import Path
 
-from orchestrator.grid import load_grid
+from orchestrator.config.grid import load_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,11 +5,12 @@ from dataclasses import dataclass, field
 import pandas as pd
 import pytest
 
-from orchestrator.grid import parse_grid
-from orchestrator.plan import Paths, build_plan
-from orchestrator.results import write_tables
-from orchestrator.scenarios import SCENARIOS
-from orchestrator.scenarios.base import Cell, ResultTable, Scenario
+from orchestrator.config.grid import parse_grid
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
+from orchestrator.report.results import write_tables
+from orchestrator.config.scenarios import SCENARIOS
+from orchestrator.config.scenarios.base import Cell, ResultTable, Scenario
 from workloads.backbones import BACKBONES
 from workloads.datasets import DATASETS
 from workloads.methods import METHODS
@@ -37,7 +38,7 @@ def test_registry_lists_every_entry_once_in_table_order(kind):
 # every registry's names, read from the source alone and then from the imported entries, in a fresh interpreter
 _NAMES_WITHOUT_IMPORTS = """
 import json, sys
-from orchestrator.scenarios import SCENARIOS
+from orchestrator.config.scenarios import SCENARIOS
 from workloads.backbones import BACKBONES
 from workloads.datasets import DATASETS
 from workloads.methods import METHODS
@@ -200,7 +201,7 @@ def test_throwaway_method_and_perturbation_plan_and_run_with_no_other_edit(share
 
         cache = RenderCache(tmp_path / "render")
         ds = plan.datasets["synthetic"]
-        from orchestrator.render import render_keys
+        from orchestrator.planning.render_sets import render_keys
 
         for pair in ds.test.pairs:
             statuses = render_video(pair.video_path, render_keys(plan, "synthetic", pair.video_id), cache)

@@ -7,11 +7,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import private_cache, write_micro_grid
-from orchestrator.grid import load_grid
-from orchestrator.ledger import TrialLedger
-from orchestrator.plan import Paths, build_plan
-from orchestrator.render import render_keys
-from orchestrator.submit import SubmitOptions, submit
+from orchestrator.config.grid import load_grid
+from orchestrator.record.ledger import TrialLedger
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
+from orchestrator.planning.render_sets import render_keys
+from orchestrator.run.options import SubmitOptions
+from orchestrator.run.submit import submit
 from workloads.perturbations.video import NAMES
 from workloads.render_cache import RenderCache
 

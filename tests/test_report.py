@@ -1,4 +1,4 @@
-"""The report (orchestrator/report.py) of a tiny grid run through the real stack: tables in the paper's layout from the
+"""The report (orchestrator/report/page.py) of a tiny grid run through the real stack: tables in the paper's layout from the
 ledger, missing and failed cells never shown as numbers, plots, and the MLflow parent / child runs it feeds."""
 import math
 import shutil
@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 from mlflow.tracking import MlflowClient
 
-from orchestrator.__main__ import main
-from orchestrator.ledger import TrialLedger
+from orchestrator.cli.main import main
+from orchestrator.record.ledger import TrialLedger
 
 pytestmark = pytest.mark.slow
 
@@ -125,7 +125,7 @@ def pd_isna(v) -> bool:
 
 def test_ledger_entries_without_per_query_lists(tiny_results):
     # what `finish` and `report` read: everything but the per-query lists, which the plotted cell reads back
-    from orchestrator.ledger import PER_QUERY
+    from orchestrator.record.ledger import PER_QUERY
 
     ledger = TrialLedger(tiny_results.results / "ledger")
     keys = list(tiny_results.entries)
@@ -145,8 +145,10 @@ def test_severity_figures_redrawn_in_one_figure_match_figures_drawn_alone(tmp_pa
     import matplotlib.image as mpimg
     import pandas as pd
 
-    from orchestrator.report import CLEAN, QS, plot_severity
+    from orchestrator.report.plots import plot_severity
+    from orchestrator.report.tables import QS
     from workloads.perturbations.video import VIDEO_PERTURBATIONS
+    from workloads.spec import CLEAN
 
     rng = random.Random(0)
     grid = SimpleNamespace(methods=["source", "tent", "sar"])

@@ -1,5 +1,5 @@
 """Live progress in the Ray dashboard: while a submission runs, its dashboard's REST API lists the trials' workers
-under the trials' cell names (orchestrator/tune.py titles each worker process `ray::trial <run name>`; the dashboard's
+under the trials' cell names (orchestrator/run/tune.py titles each worker process `ray::trial <run name>`; the dashboard's
 node page lists workers by that command line)."""
 import json
 import os
@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import write_micro_grid
-from orchestrator.grid import load_grid
-from orchestrator.plan import Paths, build_plan
-from orchestrator.tracking import run_name
+from orchestrator.config.grid import load_grid
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
+from orchestrator.record.mlflow_store import run_name
 
 pytestmark = pytest.mark.slow
 

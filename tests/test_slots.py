@@ -1,18 +1,14 @@
-"""Trial slots and render actors on a cluster's logical resources (orchestrator/submit.py `_slots`): the two share one
-count of the trials that run at once; only `trial_slots` floors it at one."""
-from types import SimpleNamespace
+"""Trial slots and render actors on a cluster's logical resources (orchestrator/planning/resources.py): the two share
+one count of the trials that run at once; only `trial_slots` floors it at one. `Cluster.current()` reads a real Ray
+cluster's resources."""
 
 import pytest
 import ray
 
-from orchestrator.grid import RuntimeSpec
-from orchestrator.submit import render_actors, trial_slots
+from orchestrator.config.schema import RuntimeSpec
+from orchestrator.planning.resources import Cluster, render_actors, trial_slots
 
 pytestmark = pytest.mark.slow
-
-
-def plan_with(**runtime):
-    return SimpleNamespace(grid=SimpleNamespace(runtime=RuntimeSpec(**runtime)))
 
 
 @pytest.fixture
@@ -33,14 +29,16 @@ def test_gpu_cluster_slots_and_render_actors(cluster):
         ({"cpus_per_trial": 2}, (4, 6)),                                # CPU trials: renders keep one trial's CPUs
         ({"gpus_per_trial": 0.5, "render_actors": 3}, (4, 3)),          # the grid's own count wins
     ]
+    cluster = Cluster.current()
+    assert cluster == Cluster(cpus=8, gpus=2, largest_node_cpus=8)
     for runtime, expected in cases:
-        plan = plan_with(**runtime)
-        assert (trial_slots(plan), render_actors(plan, plan.grid.runtime.render_actors)) == expected, runtime
+        rt = RuntimeSpec(**runtime)
+        assert (trial_slots(rt, cluster), render_actors(rt, cluster)) == expected, runtime
 
 
 @pytest.mark.parametrize("cluster", [(4, 0)], indirect=True)
 def test_gpu_trials_on_a_cluster_without_gpus(cluster):
-    plan = plan_with(gpus_per_trial=0.5)
+    rt, cluster = RuntimeSpec(gpus_per_trial=0.5), Cluster.current()
     # no GPU slot: every CPU renders; Tune's count stays one (submit never gets this far: ray_env.check_resources
     # stops a GPU grid on a cluster without GPUs before the pipeline starts)
-    assert trial_slots(plan) == 1 and render_actors(plan) == 4
+    assert trial_slots(rt, cluster) == 1 and render_actors(rt, cluster) == 4

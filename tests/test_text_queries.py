@@ -8,10 +8,12 @@ import pyarrow.parquet as pq
 import pytest
 from mlflow.tracking import MlflowClient
 
-from orchestrator.grid import GridError, load_grid
-from orchestrator.plan import Paths, build_plan
-from orchestrator.results import table_order
-from orchestrator.scenarios.query_shift import QueryShift
+from orchestrator.config.errors import GridError
+from orchestrator.config.grid import load_grid
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
+from orchestrator.report.results import table_order
+from orchestrator.config.scenarios.query_shift import QueryShift
 from tests.conftest import write_micro_grid
 from workloads.perturbations.text import TEXT_PERTURBATIONS
 from workloads.perturbations.text import _tiny
@@ -153,7 +155,8 @@ def test_every_registered_text_type_has_a_level_for_the_table_order():
 
 @pytest.mark.slow
 def test_perturbed_t2v_end_to_end_through_ray_tune_mlflow_and_parquet(tmp_path, shared_cache):
-    from orchestrator.submit import SubmitOptions, submit
+    from orchestrator.run.options import SubmitOptions
+    from orchestrator.run.submit import submit
 
     grid_file = text_grid(tmp_path, name="text_e2e", types="[char_swap, word_swap, back_translation]",
                           backbones="[clip4clip]")

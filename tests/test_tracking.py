@@ -11,10 +11,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import plan_unrun
-from orchestrator.ledger import TrialLedger
-from orchestrator.submit import SubmitReport, check_writable, finish
-from orchestrator.submit import make_console
-from orchestrator.tracking import Tracker, TrackingUnavailable, check_store, default_tracking_uri, store_key
+from orchestrator.record.ledger import TrialLedger
+from orchestrator.run.options import SubmitReport
+from orchestrator.planning.paths import check_writable
+from orchestrator.run.finish import finish
+from orchestrator.run.console import make_console
+from orchestrator.record.mlflow_store import Tracker, TrackingUnavailable, check_store, default_tracking_uri, store_key
 
 
 @pytest.fixture

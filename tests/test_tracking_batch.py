@@ -1,4 +1,4 @@
-"""Trial runs logged in one transaction (orchestrator/tracking.py Tracker.log_trials, used by the background
+"""Trial runs logged in one transaction (orchestrator/record/mlflow_store.py Tracker.log_trials, used by the background
 writer) read back from a real sqlite MLflow store exactly as runs logged one by one (`log_trial`): same tags, params,
 metrics, status and artifacts; a failed trial's error and traceback too. And the writer: trials handed to
 `log_trial_later` are all logged after `flush`, each run id reported once."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.tracking import Tracker
+from orchestrator.record.mlflow_store import Tracker
 from workloads.spec import TrialSpec
 
 
@@ -72,7 +72,8 @@ def test_tracker_process_logs_as_the_tracker_does_and_survives_ctrl_c(tmp_path):
     import ray  # noqa: F401  (psutil ships inside Ray's package)
     import psutil
 
-    from orchestrator.tracking import TrackerProcess, TrackingError, error_name
+    from orchestrator.record.tracker_process import TrackerProcess
+    from orchestrator.record.mlflow_store import TrackingError, error_name
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc = TrackerProcess(uri, tmp_path)
@@ -115,7 +116,7 @@ def test_tracker_process_logs_as_the_tracker_does_and_survives_ctrl_c(tmp_path):
 
 
 def test_a_job_runs_in_its_turn_and_the_caller_does_not_wait(tmp_path):
-    """`later` (submit's parent run and first sync, orchestrator/submit.py `open_store`): the job runs on the writer's
+    """`later` (submit's parent run and first sync, orchestrator/run/submit.py `open_store`): the job runs on the writer's
     thread while the caller goes on; trials queued after it are logged after it, under the parent run it started (a
     callable parent, read on that thread). A job that fails is reported once through its `on_error`, and what
     follows is dropped (the ledger has it)."""
@@ -165,9 +166,9 @@ def test_a_sync_beside_the_trials_compares_the_ledger_as_it_was(tmp_path):
 
     from rich.console import Console
 
-    from orchestrator.ledger import TrialLedger
-    from orchestrator.submit import ledger_as_of, sync_store
-    from orchestrator.tracking import store_key
+    from orchestrator.record.ledger import TrialLedger
+    from orchestrator.record.sync import ledger_as_of, sync_store
+    from orchestrator.record.mlflow_store import store_key
 
     ledger = TrialLedger(tmp_path / "ledger")
     failed, other = _entry(0, "failed"), _entry(1)

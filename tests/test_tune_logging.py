@@ -1,8 +1,8 @@
 """Tune's and Ray Train's tracebacks about the experiment state (a full disk) become one line per cause
-(orchestrator/tune.py OneLineStateErrors; the disk-full fault test in tests/test_faults.py runs it for real)."""
+(orchestrator/run/tune.py OneLineStateErrors; the disk-full fault test in tests/test_faults.py runs it for real)."""
 import logging
 
-from orchestrator.tune import OneLineStateErrors
+from orchestrator.run.tune import OneLineStateErrors
 
 
 def _record(msg: str, exc_info=None, level=logging.WARNING) -> logging.LogRecord:
@@ -33,7 +33,7 @@ def test_tracebacks_in_the_message_or_attached_are_one_line_per_cause(capsys):
 _SIGTERM_IN_A_CALLBACK = r'''
 import os, signal, sys, time, weakref
 import ray
-from orchestrator import ray_env
+from orchestrator.run import ray_env
 
 ray_env.start_ray(None, 1, dashboard=False)
 
@@ -76,7 +76,7 @@ def test_a_workers_sigterm_traceback_is_not_forwarded_to_the_driver(tmp_path):
     """Ray stops trial actors with SIGTERM; when it lands in a weakref callback Python prints 9 lines of
     "Exception ignored ... SystemExit: 1" that Ray forwarded to the submit's output (a flake in the fault tests'
     "no Traceback" checks, and a scary end to a good run). Made to happen for real here: the worker's own log has
-    the traceback, the driver's output does not (orchestrator/ray_env.py quiet_worker_teardown)."""
+    the traceback, the driver's output does not (orchestrator/run/ray_env.py quiet_worker_teardown)."""
     import os
     import subprocess
     import sys
@@ -96,7 +96,7 @@ def test_a_workers_sigterm_traceback_is_not_forwarded_to_the_driver(tmp_path):
 
 
 def test_only_the_sigterm_traceback_is_dropped():
-    from orchestrator.ray_env import without_sigterm_tracebacks
+    from orchestrator.run.ray_env import without_sigterm_tracebacks
 
     teardown = ["Exception ignored in: <function WeakSet.__init__.<locals>._remove at 0x7f115830a3e0>",
                 "Traceback (most recent call last):",

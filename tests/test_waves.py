@@ -1,4 +1,4 @@
-"""`run_trials` in waves (orchestrator/tune.py "Waves"): with real Ray Tune, several `Tuner.fit` one after another on
+"""`run_trials` in waves (orchestrator/run/tune.py "Waves"): with real Ray Tune, several `Tuner.fit` one after another on
 one `ReadyGate`, each handing out at most `wave` trials; every trial runs once, and a closed gate stops the loop."""
 import json
 import os
@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from orchestrator.tune import ReadyGate, run_trials
+from orchestrator.run.gate import ReadyGate
+from orchestrator.run.tune import run_trials
 from workloads.spec import TrialSpec
 
 
@@ -31,7 +32,7 @@ def _trainable(runs_dir: str):
 def test_waves_run_every_trial_once_and_stop_on_a_closed_gate(tmp_path):
     import ray
 
-    from orchestrator import ray_env
+    from orchestrator.run import ray_env
 
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -78,7 +79,7 @@ def test_tune_keeps_as_many_of_our_trials_pending_as_of_its_own_grid(monkeypatch
     from ray.tune.execution.tune_controller import _get_max_pending_trials
     from ray.tune.search import SearchGenerator
 
-    from orchestrator.tune import GatedSearcher, _tune_settings_for_many_trials
+    from orchestrator.run.tune import GatedSearcher, _tune_settings_for_many_trials
 
     monkeypatch.delenv("TUNE_MAX_PENDING_TRIALS_PG", raising=False)
     monkeypatch.delenv("TUNE_GLOBAL_CHECKPOINT_S", raising=False)
@@ -107,7 +108,7 @@ def test_first_pending_scheduler_chooses_as_tunes_fifo_scheduler():
     from ray.tune.experiment import Trial
     from ray.tune.schedulers import FIFOScheduler
 
-    from orchestrator.tune import FirstPendingScheduler
+    from orchestrator.run.tune import FirstPendingScheduler
 
     rng = random.Random(0)
     trials: list = []
@@ -143,7 +144,7 @@ def test_an_idle_wave_gives_its_actors_back_to_the_producers(tmp_path, cpus, pro
     the wave keeps them and runs the third trial itself (a new wave costs a new Tuner.fit and cold trial actors)."""
     import ray
 
-    from orchestrator import ray_env
+    from orchestrator.run import ray_env
 
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -182,13 +183,13 @@ def test_an_idle_wave_gives_its_actors_back_to_the_producers(tmp_path, cpus, pro
 
 
 def test_a_finished_trials_results_are_dropped_from_the_driver():
-    """RecordingScheduler drops what Tune keeps of a finished trial's results (orchestrator/tune.py `forget_results`):
+    """RecordingScheduler drops what Tune keeps of a finished trial's results (orchestrator/run/tune.py `forget_results`):
     the statistics of every number reported and the last result, ~12 KB a trial held until the fit ends, and again
     in the trial's JSON state saved then. Asked of a real Tune Trial fed results as Tune feeds them; what Tune reads
     of a finished trial (done, iteration, id) stays."""
     from ray.tune.experiment import Trial
 
-    from orchestrator.tune import forget_results
+    from orchestrator.run.tune import forget_results
 
     spec = _specs(1)[0].to_dict()
     trial = Trial("__none", stub=True, config={"spec": spec})
@@ -208,8 +209,9 @@ def test_a_finished_trials_results_are_dropped_from_the_driver():
 DRIVER = """
 import json, sys
 from ray import tune
-from orchestrator import ray_env
-from orchestrator.tune import ReadyGate, run_trials
+from orchestrator.run import ray_env
+from orchestrator.run.gate import ReadyGate
+from orchestrator.run.tune import run_trials
 from workloads.spec import TrialSpec
 
 def trainable(config):
@@ -228,7 +230,7 @@ print(json.dumps({"seen": sorted(seen), "mlflow": "mlflow" in sys.modules}))
 
 
 def test_the_driver_running_trials_does_not_import_mlflow(tmp_path):
-    """MLflow belongs to the tracking process (orchestrator/tracking.py TrackerProcess), not to the driver running
+    """MLflow belongs to the tracking process (orchestrator/record/mlflow_store.py TrackerProcess), not to the driver running
     Ray Tune: Tune imports it (~40 MB) to count the callbacks a user passes, so `run_trials` passes none and records
     through its scheduler (RecordingScheduler). Checked in a fresh interpreter, where nothing else imported it."""
     import subprocess
@@ -244,7 +246,7 @@ def test_the_driver_running_trials_does_not_import_mlflow(tmp_path):
 
 
 def test_finished_trials_are_freed_while_the_fit_goes_on(tmp_path, monkeypatch):
-    """RecordingScheduler drops Tune's references to finished trials during the `fit` (orchestrator/tune.py
+    """RecordingScheduler drops Tune's references to finished trials during the `fit` (orchestrator/run/tune.py
     `_drop_finished`), so the driver's memory does not grow with the trials of a wave: counted as live `Trial`
     objects in the driver while 240 trials run in one wave (Tune alone keeps all 240 until the `fit` ends). A trial
     that crashes is still counted as an error, though Tune's ResultGrid no longer holds it."""
@@ -253,8 +255,8 @@ def test_finished_trials_are_freed_while_the_fit_goes_on(tmp_path, monkeypatch):
     import ray
     from ray.tune.experiment import Trial
 
-    from orchestrator import ray_env
-    from orchestrator.tune import DROP_EVERY
+    from orchestrator.run import ray_env
+    from orchestrator.run.tune import DROP_EVERY
 
     def trainable(config):
         from ray import tune

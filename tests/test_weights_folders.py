@@ -3,9 +3,11 @@ weights file (models.pretrained, models.checkpoints): validated when the grid lo
 planned (workloads/backbones/convert.py reads the folder; tests/test_convert.py checks the features)."""
 import pytest
 
-from orchestrator.grid import GridError, load_grid
-from orchestrator.plan import Paths, build_plan
-from orchestrator.scenarios.base import PRETRAINED
+from orchestrator.config.errors import GridError
+from orchestrator.config.grid import load_grid
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.plan import build_plan
+from orchestrator.config.scenarios.base import PRETRAINED
 
 
 def _hf_folder(path, weights=b"weights v1", name="model.safetensors"):

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from workloads.backbones import CHECKPOINT_FORMAT as MLVP
+from workloads.backbones.configs import CHECKPOINT_FORMAT as MLVP
 FORMATS = {
     MLVP: "this tool's checkpoint (save_backbone / convert-checkpoint)",
     "open_clip": "open_clip state dict (file or hub folder)",
@@ -189,7 +189,7 @@ def from_xpool_pooling(state_dict: dict) -> dict[str, torch.Tensor]:
 # config checks
 
 def _config(clip_model: str) -> dict:
-    from workloads.backbones import model_config
+    from workloads.backbones.configs import model_config
 
     cfg = model_config(clip_model)
     if cfg is None:

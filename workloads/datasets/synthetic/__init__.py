@@ -121,9 +121,9 @@ from workloads.datasets.msrvtt import MSRVTTDataset
 from workloads.datasets.synthetic.config import (  # noqa: F401  (the package's public names)
     ATTRIBUTES, BG_COLOURS, COLOURS, DATA_JSON, DOMAINS, GENERATOR_VERSION, MANIFEST, MOTIONS, PATTERNS, SHAPES, SIZES,
     TEST_CSV, TRAIN_CSV, DomainStyle, SyntheticConfig, config_digest, default_root)
-from workloads.datasets.synthetic.drawing import render_clip  # noqa: F401
+from workloads.datasets.synthetic.clips import render_clip, sample_clips  # noqa: F401
 from workloads.datasets.synthetic.files import dataset_dir, ensure_generated, generate, is_complete  # noqa: F401
-from workloads.datasets.synthetic.scenes import _combo_key, sample_clips  # noqa: F401
+from workloads.datasets.synthetic.scenes import _combo_key  # noqa: F401
 from workloads.datasets.synthetic import v2  # noqa: F401,E402  (version 2's sampling and drawing)
 from workloads.seeding import digest
 

@@ -109,13 +109,8 @@ def _bbox(obj: dict, T: int, S: int) -> tuple[int, int, int, int]:
             clamp(np.floor(min(xs) - reach)), clamp(np.ceil(max(xs) + reach)))
 
 
-def render_clip(clip: dict, config: SyntheticConfig) -> np.ndarray:
-    """The frames of one clip described by `sample_clips`, uint8 [num_frames, size, size, 3] RGB (version 2: at its
-    split's size and rate, workloads/datasets/synthetic/v2.py)."""
-    if config.version == 2:
-        from workloads.datasets.synthetic import v2
-
-        return v2.render_clip(clip, config)
+def render_clip_v1(clip: dict, config: SyntheticConfig) -> np.ndarray:
+    """The frames of one version-1 clip described by `sample_clips_v1`, uint8 [num_frames, size, size, 3] RGB."""
     dom = DOMAINS[config.domain]
     S, T = config.size, config.num_frames
     yy, xx = (np.mgrid[0:S, 0:S].astype(np.float32) + 0.5)

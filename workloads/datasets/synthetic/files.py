@@ -18,8 +18,7 @@ from typing import Sequence
 from workloads.atomic import atomic_write_text
 from workloads.datasets.synthetic.config import (ATTRIBUTES, DATA_JSON, MANIFEST, TEST_CSV, TRAIN_CSV, SyntheticConfig,
                                                  config_digest, config_record, default_root)
-from workloads.datasets.synthetic.drawing import render_clip
-from workloads.datasets.synthetic.scenes import sample_clips
+from workloads.datasets.synthetic.clips import render_clip, sample_clips
 from workloads.video_io import write_mp4
 
 

@@ -105,13 +105,9 @@ def _min_distance(objects: list[dict], T: int) -> float:
     return float(np.min(np.linalg.norm(a - b, axis=1)))
 
 
-def sample_clips(config: SyntheticConfig) -> list[dict]:
-    """The full description of every clip, test first then train, in file order. Each is a JSON-able dict with
-    video_id, split, background, objects, noise_seed and captions (version 2: workloads/datasets/synthetic/v2.py)."""
-    if config.version == 2:
-        from workloads.datasets.synthetic import v2
-
-        return v2.sample_clips(config)
+def sample_clips_v1(config: SyntheticConfig) -> list[dict]:
+    """The full description of every version-1 clip, test first then train, in file order. Each is a JSON-able dict
+    with video_id, split, background, objects, noise_seed and captions."""
     cfg = config
     rng = np.random.default_rng(stable_seed("mlvp-synthetic", 1, cfg.domain, cfg.seed))
     dom = DOMAINS[cfg.domain]

@@ -13,6 +13,7 @@ from workloads.datasets.base import DatasetError
 from workloads.datasets.synthetic.config import (BG_COLOURS, COLOURS, DOMAINS, PATTERNS, SHAPES, SIZES,
                                                  SyntheticConfig)
 from workloads.datasets.synthetic.drawing import _background, _sdf
+from workloads.datasets.synthetic.scenes import draw_clips
 from workloads.seeding import stable_seed
 
 TEXTURES = ("plain", "striped")
@@ -197,8 +198,6 @@ def _min_distance(objects: list[dict], D: float) -> float:
 
 def sample_clips(config: SyntheticConfig) -> list[dict]:
     """Every clip of a version-2 config, test first then train (see scenes.sample_clips for version 1)."""
-    from workloads.datasets.synthetic.scenes import draw_clips
-
     rng = np.random.default_rng(stable_seed("mlvp-synthetic", 2, config.domain, config.seed))
     return draw_clips(config, rng, random_attrs=_random_attrs, combo_key=_combo_key, values=_values,
                       order=[(c, v) for c, vals in CATEGORIES for v in vals], geometry=_geometry, caption=caption,

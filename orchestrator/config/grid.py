@@ -1,0 +1,327 @@
+"""Grid files: YAML validated into typed dataclasses (orchestrator/config/schema.py) before anything runs.
+
+Every key is checked: unknown keys, wrong types and unknown names (datasets, backbones, methods, perturbations)
+fail with one line naming the key, the bad value and the allowed values (docs/grid_reference.md lists every key).
+Names are read from the registries without importing their entries, so loading a grid never imports torch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orchestrator.config.errors import GridError, MissingPath, check_choice, check_names, did_you_mean
+from orchestrator.config.names import known_backbones, known_datasets, known_methods, known_text_perturbations
+from orchestrator.config.scenarios import SCENARIOS
+from orchestrator.config.schema import AssetsSpec, GridSpec, build
+
+
+
+
+
+
+
+
+
+
+
+
+def scenario_classes() -> dict[str, type]:
+
+    return {name: SCENARIOS.lookup(name) for name in SCENARIOS.names()}
+
+
+# -- scenario sections ------------------------------------------------------------------------------------------
+def _sections() -> dict[str, dict[str | None, type]]:
+    """Grid key -> {child key (None for a single-scenario section): scenario class}, from the scenario registry."""
+    out: dict[str, dict[str | None, type]] = {}
+    for cls in scenario_classes().values():
+        root, _, child = cls.section.partition(".")
+        out.setdefault(root, {})[child or None] = cls
+    return out
+
+
+def _build_scenarios(data: dict, sections: dict[str, dict[str | None, type]]) -> dict[str, Any]:
+    """Scenario instances for the sections present. A grouped section (query_gallery_shift) holds one sub-mapping
+    per scenario plus shared keys that apply to every scenario of the group that takes them (directions)."""
+    built: dict[str, Any] = {}
+    for root, children in sections.items():
+        if root not in data:
+            continue
+        if None in children:
+            cls = children[None]
+            built[cls.name] = cls(build(cls.Config, data[root], root))
+            continue
+        section = data[root] or {}
+        if not isinstance(section, dict):
+            raise GridError(f"{root}: expected a mapping, got {section!r}")
+        fields_of = {c: {f.name for f in dataclasses.fields(cls.Config)} for c, cls in children.items()}
+        shared_ok = set().union(*fields_of.values())
+        for key in section:
+            if key not in children and key not in shared_ok:
+                allowed = [*children, *sorted(shared_ok)]
+                raise GridError(f"{root}.{key}: unknown key{did_you_mean(key, allowed)}; allowed keys: "
+                                f"{', '.join(allowed)}")
+        present = [c for c in children if c in section]
+        if not present:
+            raise GridError(f"{root}: name at least one of {', '.join(children)}")
+        shared = {k: v for k, v in section.items() if k not in children}
+        for child in present:
+            cls = children[child]
+            own = section[child] or {}
+            if not isinstance(own, dict):
+                raise GridError(f"{root}.{child}: expected a mapping, got {own!r}")
+            merged = {**{k: v for k, v in shared.items() if k in fields_of[child]}, **own}
+            built[cls.name] = cls(build(cls.Config, merged, f"{root}.{child}"))
+    order = list(scenario_classes())
+    return dict(sorted(built.items(), key=lambda kv: order.index(kv[0])))
+
+
+def _build_grid(data: Any) -> GridSpec:
+    if not isinstance(data, dict):
+        raise GridError(f"grid: expected a mapping of keys (name, datasets, ...), got {data!r}")
+    sections = _sections()
+    static = [f.name for f in dataclasses.fields(GridSpec) if f.name not in ("source", "scenarios")]
+    unknown = [k for k in data if k not in static and k not in sections]
+    if unknown:
+        allowed = [*static, *sections]
+        raise GridError(f"{unknown[0]}: unknown key{did_you_mean(unknown[0], allowed)}; allowed keys: "
+                        f"{', '.join(allowed)}")
+    grid = build(GridSpec, {k: v for k, v in data.items() if k in static}, "")
+    grid.scenarios = _build_scenarios(data, sections)
+    if not grid.scenarios:
+        raise GridError(f"grid: no scenario: add one of {', '.join(sections)}")
+    return grid
+
+
+def validate(grid: GridSpec) -> GridSpec:
+    """Name and range checks that need the registries or several keys at once."""
+    if not grid.name or not all(c.isalnum() or c in "-_." for c in grid.name):
+        raise GridError(f"name: {grid.name!r} must be non-empty letters, digits, '-', '_' or '.' (it names a folder)")
+    check_names("datasets", list(grid.datasets), known_datasets(), "dataset")
+    check_names("backbones", grid.backbones, known_backbones(), "backbone")
+    methods = known_methods()
+    for name, v in grid.variants.items():
+        if name in methods:
+            raise GridError(f"variants.{name}: a variant cannot take a method's name; methods: {', '.join(methods)}")
+        check_choice(f"variants.{name}.method", v.method, methods)
+        _check_method_options(f"variants.{name}.options", v.method, v.options,
+                              grid.faithful if v.faithful is None else v.faithful)
+    check_names("methods", grid.methods, methods + list(grid.variants), "method or variant")
+    if not grid.backbones:
+        raise GridError("backbones: list at least one backbone")
+    if not grid.methods:
+        raise GridError("methods: list at least one method")
+    for m, options in grid.method_options.items():
+        if m not in grid.methods or m in grid.variants:
+            raise GridError(f"method_options.{m}: not a method of this grid (variants carry their own options); "
+                            f"grid methods: {', '.join(grid.methods)}")
+        _check_method_options(f"method_options.{m}", m, options, grid.faithful)
+    for scenario in grid.scenarios.values():
+        scenario.check(grid)
+    ft = grid.models.finetune
+    if ft.frames_per_clip > ft.train_frames:
+        raise GridError(f"models.finetune.frames_per_clip: must be between 1 and train_frames ({ft.train_frames}), "
+                        f"got {ft.frames_per_clip}")
+    pre = grid.models.zero_shot_pretrain
+    if pre is not None:
+        check_choice("models.zero_shot_pretrain.dataset", pre.dataset, known_datasets())
+        from workloads.datasets import DATASETS
+        from workloads.datasets.base import DatasetError
+
+        try:
+            DATASETS.lookup(pre.dataset).check_options(pre.options)
+        except DatasetError as err:
+            raise GridError(f"models.zero_shot_pretrain.options: {err}") from None
+    for backbone, by_ds in grid.models.checkpoints.items():
+        check_names("models.checkpoints", [backbone], grid.backbones, "backbone of this grid")
+        for ds, path in by_ds.items():
+            check_names(f"models.checkpoints.{backbone}", [ds], list(grid.datasets), "dataset of this grid")
+            _check_weights(f"models.checkpoints.{backbone}.{ds}", path, "checkpoint")
+    if grid.models.pretrained is not None:
+        _check_weights("models.pretrained", grid.models.pretrained, "weights")
+    from workloads.datasets import DATASETS
+    from workloads.datasets.base import DatasetError
+
+    for name, entry in grid.datasets.items():
+        try:  # option names, kinds and ranges, before any file is read
+            DATASETS.lookup(name).check_options(entry.options)
+        except DatasetError as err:
+            raise GridError(f"datasets.{name}.options: {err}") from None
+        if entry.root is not None and not Path(entry.root).expanduser().is_dir() and not _tolerate(
+                f"datasets.{name}.root", entry.root, f"directory not found: put {name} there or set "
+                f"datasets.{name}.root"):
+            raise GridError(f"datasets.{name}.root: directory not found: {entry.root}")
+        _check_path(f"datasets.{name}.assets.main_objects", entry.assets.main_objects, "file")
+        _check_path(f"datasets.{name}.assets.distractor_pool", entry.assets.distractor_pool, "dir")
+    a = grid.assets
+    for key, kind in (("adain_vgg", "file"), ("adain_decoder", "file"), ("style_images", "any"),
+                      ("distractor_pool", "dir"), ("wordnet", "dir"), ("sentence_encoder", "dir"),
+                      ("styleformer_models", "dir")):
+        _check_path(f"assets.{key}", getattr(a, key), kind)
+    if a.back_translation_models is not None:
+        if len(a.back_translation_models) != 2:
+            raise GridError("assets.back_translation_models: give two folders, [en->de, de->en], got "
+                            f"{a.back_translation_models!r}")
+        for i, folder in enumerate(a.back_translation_models):
+            _check_path(f"assets.back_translation_models[{i}]", folder, "dir")
+    for name, entry in grid.datasets.items():
+        for pert, path in entry.assets.text_precomputed.items():
+            check_names(f"datasets.{name}.assets.text_precomputed", [pert], known_text_perturbations(),
+                        "text perturbation")
+            _check_path(f"datasets.{name}.assets.text_precomputed.{pert}", path, "file")
+    if (a.adain_vgg is None) != (a.adain_decoder is None):
+        raise GridError("assets: give both adain_vgg and adain_decoder (the AdaIN encoder and decoder) or neither")
+    return grid
+
+
+def _check_method_options(where: str, method: str, options: dict[str, Any], faithful: bool) -> None:
+    from workloads.methods import METHODS
+
+    try:
+        METHODS.lookup(method).validate_options(options, faithful)
+    except ValueError as err:
+        raise GridError(f"{where}: {err}") from None
+
+
+def _check_path(where: str, path: str | None, kind: str) -> None:
+    if path is None:
+        return
+    p = Path(path).expanduser()
+    ok = p.is_file() if kind == "file" else p.is_dir() if kind == "dir" else p.exists()
+    if not ok:
+        what = {"file": "file", "dir": "directory", "any": "path"}[kind]
+        if _tolerate(where, path, f"{what} not found: put it there or set {where}"):
+            return
+        raise GridError(f"{where}: {what} not found: {path} (assets are local paths; nothing is downloaded)")
+
+
+_ENV_VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
+
+
+_missing: list[MissingPath] | None = None   # set while load_grid(..., missing=[...]) runs
+
+
+def _tolerate(key: str, path: str, fix: str) -> bool:
+    """Record a missing path when the grid is loaded for sizing (True); otherwise False (the caller raises)."""
+    if _missing is None:
+        return False
+    if not any(m.key == key for m in _missing):
+        _missing.append(MissingPath(key, path, fix))
+    return True
+
+
+def expand_path(where: str, value: str | None) -> str | None:
+    """`${VAR}` and `${VAR:-default}` in a path are replaced from the environment (one grid serves every machine:
+    `root: ${MLVP_DATA}/MSRVTT`); an unset variable without a default is an error naming it."""
+    if value is None:
+        return None
+
+    def sub(m: re.Match) -> str:
+        env = os.environ.get(m["name"])
+        if env is not None:
+            return env
+        if m["default"] is not None:
+            return m["default"]
+        if _tolerate(where, value, f"{m['name']} is not set: export {m['name']}=/path, or write {where} out"):
+            return m.group(0)
+        raise GridError(f"{where}: environment variable {m['name']} is not set (in {value!r}); export it, e.g. "
+                        f"export {m['name']}=/path, or write the path out")
+
+    return _ENV_VAR.sub(sub, value)
+
+
+def _expand_paths(grid: GridSpec) -> None:
+    for name, entry in grid.datasets.items():
+        entry.root = expand_path(f"datasets.{name}.root", entry.root)
+        for key in ("main_objects", "distractor_pool"):
+            setattr(entry.assets, key, expand_path(f"datasets.{name}.assets.{key}", getattr(entry.assets, key)))
+        pre = entry.assets.text_precomputed
+        for pert in pre:
+            pre[pert] = expand_path(f"datasets.{name}.assets.text_precomputed.{pert}", pre[pert])
+    grid.models.pretrained = expand_path("models.pretrained", grid.models.pretrained)
+    for backbone, by_ds in grid.models.checkpoints.items():
+        for ds in by_ds:
+            by_ds[ds] = expand_path(f"models.checkpoints.{backbone}.{ds}", by_ds[ds])
+    for f in dataclasses.fields(AssetsSpec):
+        value = getattr(grid.assets, f.name)
+        if isinstance(value, list):
+            setattr(grid.assets, f.name, [expand_path(f"assets.{f.name}[{i}]", v) for i, v in enumerate(value)])
+        else:
+            setattr(grid.assets, f.name, expand_path(f"assets.{f.name}", value))
+
+
+def parse_grid(data: Any, source: str = "<grid>") -> GridSpec:
+    try:
+        grid = _build_grid(data)
+        grid.source = source
+        _expand_paths(grid)
+        return validate(grid)
+    except GridError as err:
+        raise GridError(f"{source}: {err}") from None
+
+
+class _GridLoader(yaml.SafeLoader):
+    """YAML with duplicate keys refused (the last one would silently win)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise GridError(f"line {key_node.start_mark.line + 1}, column {key_node.start_mark.column + 1}: "
+                                f"duplicate key {key!r} (first at line {seen[key] + 1})")
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_weights(key: str, path: str, what: str) -> None:
+    """A weights file, or a Hugging Face CLIP folder (config.json + model.safetensors / pytorch_model.bin) or an
+    open_clip hub folder (workloads/backbones/convert.py reads them)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        from workloads.backbones.convert import WeightsError, _folder_weights
+
+        try:
+            _folder_weights(p)
+        except WeightsError as err:
+            raise GridError(f"{key}: {err}") from None
+    elif not p.is_file() and not _tolerate(key, path, f"{what} file not found: put it there or set {key}"):
+        raise GridError(f"{key}: {what} file not found: {path} (a file, or a Hugging Face CLIP folder; weights are "
+                        "local files, nothing is downloaded)")
+
+
+def load_grid(path: str | Path, missing: list[MissingPath] | None = None) -> GridSpec:
+    """Read and validate a grid. With `missing` (a list), paths that are not on disk and unset variables in them are
+    appended to it instead of raised (every other check still raises): `plan` sizes a grid before the data is
+    downloaded."""
+    global _missing
+    if missing is None:
+        return _load_grid(path)
+    _missing = missing
+    try:
+        return _load_grid(path)
+    finally:
+        _missing = None
+
+
+def _load_grid(path: str | Path) -> GridSpec:
+    p = Path(path)
+    if not p.is_file():
+        raise GridError(f"{path}: grid file not found")
+    try:
+        data = yaml.load(p.read_text(), Loader=_GridLoader)
+    except GridError as err:
+        raise GridError(f"{path}: {err}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise GridError(f"{path}: not valid YAML: {where}{problem}") from None
+    return parse_grid(data, str(path))
+
+

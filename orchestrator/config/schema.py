@@ -1,0 +1,255 @@
+"""The grid schema: typed dataclasses for every section but the scenarios' own (orchestrator/config/scenarios), each
+field with its range (`opt`), and the generic conversion of YAML data into them (`build`), which names the key of
+every value it refuses. docs/grid_reference.md is generated from these dataclasses."""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.config.errors import GridError, did_you_mean
+
+
+def opt(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, **rule: Any):
+    """A grid field with its range: opt(16, min=1), opt(0.0, min=0), opt("auto", choices=("fp32", ...)). The rule
+    (workloads.options.Option's min / max / above / choices) is checked when the grid loads."""
+    kw = {"default": default} if factory is dataclasses.MISSING else {"default_factory": factory}
+    return field(metadata={"rule": rule}, **kw)
+
+
+# -- the schema ------------------------------------------------------------------------------------------------
+@dataclass
+class DatasetAssets:
+    """Per-dataset perturbation assets (local paths)."""
+    main_objects: str | None = None          # boxes JSON of the authors' get_main_objects.py (occlusion, captions)
+    distractor_pool: str | None = None       # event-insertion pool for this dataset (overrides assets.distractor_pool)
+    # text perturbation -> JSON of its perturbed test captions in the authors' format (a list of [video_id, text]
+    # in annotation order, checked against the split): how sentence-level types run without their seq2seq models
+    text_precomputed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class DatasetEntry:
+    root: str | None = None                  # where the dataset lives; None for generated ones (synthetic)
+    options: dict[str, Any] = field(default_factory=dict)  # loader options (file names, sizes of synthetic data)
+    assets: DatasetAssets = field(default_factory=DatasetAssets)
+
+
+@dataclass
+class AssetsSpec:
+    """Heavy perturbation assets, all local paths. Absent ones fall back to documented built-ins; every rendered
+    clip records whether it was faithful and what was substituted."""
+    adain_vgg: str | None = None             # style transfer: vgg_normalised.pth (pytorch-AdaIN)
+    adain_decoder: str | None = None         # style transfer: decoder.pth
+    style_images: str | None = None          # style transfer: folder of style images (Painter by Numbers)
+    distractor_pool: str | None = None       # event insertion: folder of videos (default: the dataset's train split)
+    # text (t2v) perturbations (workloads/perturbations/text): all optional; see docs/text_queries.md
+    wordnet: str | None = None               # WordNet 3.0 data folder (default: Debian's /usr/share/wordnet)
+    sentence_encoder: str | None = None      # similarity retry: paraphrase-mpnet-base-v2 folder (else a stand-in)
+    back_translation_models: list[str] | None = None   # [en->de folder, de->en folder] (facebook/wmt19-*)
+    styleformer_models: str | None = None    # folder with the Styleformer T5 models (formal, casual, passive, active)
+
+
+@dataclass
+class FinetuneSpec:
+    """Source fine-tuning for checkpoints the grid does not supply (the embedded default trains mlvp-tiny)."""
+    steps: int = opt(500, min=1)
+    batch_size: int = opt(64, min=2)         # contrastive: a batch of one has no negatives
+    lr: float = opt(1e-3, above=0)
+    weight_decay: float = opt(0.2, min=0)
+    train_frames: int = opt(16, min=1)       # frames decoded per train video (uniform rule)
+    frames_per_clip: int = opt(4, min=1)     # of those, random frames per clip per training step
+    precision: str = opt("auto", choices=("fp32", "bf16", "auto"))   # auto: bf16 where the device has it natively
+    xpool_init_from_clip4clip: bool = True   # start X-Pool from the fine-tuned mean-pooling model (faster)
+    xpool_steps: int | None = opt(150, min=1)  # steps for X-Pool when initialised from clip4clip (None: steps)
+
+
+@dataclass
+class PretrainSpec:
+    """Image-text pretraining of the zero-shot CLIP for the embedded default (real grids give models.pretrained):
+    single frames of a generated dataset with its own caption style, never the video retrieval fine-tune."""
+    dataset: str = "synthetic_c"
+    options: dict[str, Any] = field(default_factory=dict)   # options of that generated dataset
+    steps: int = opt(400, min=1)
+    batch_size: int = opt(128, min=2)
+    lr: float = opt(1e-3, above=0)
+    weight_decay: float = opt(0.2, min=0)
+    precision: str = opt("auto", choices=("fp32", "bf16", "auto"))
+
+
+@dataclass
+class ModelsSpec:
+    clip_model: str = "mlvp-tiny"            # open_clip config name (mlvp-tiny, mlvp-micro, ViT-B-32, ...)
+    pretrained: str | None = None            # CLIP weights (local file): fine-tuning start and zero-shot model
+    checkpoints: dict[str, dict[str, str]] = field(default_factory=dict)  # backbone -> dataset -> checkpoint
+    finetune: FinetuneSpec = field(default_factory=FinetuneSpec)
+    zero_shot_pretrain: PretrainSpec | None = None   # without `pretrained`: pretrain the zero-shot CLIP here
+
+
+@dataclass
+class VariantSpec:
+    """A named variant of a method (an ablation row): the method, its options, and optionally its own `faithful`."""
+    method: str
+    options: dict[str, Any] = field(default_factory=dict)
+    faithful: bool | None = None             # None: the grid's `faithful`
+
+
+# Ray Tune trials per `Tuner.fit` (None: all of a submission in one). Tune keeps a `Trial` object per trial on the
+# driver until its `fit` ends; RecordingScheduler drops the finished ones as it goes (orchestrator/run/tune.py
+# `_drop_finished`), so one `fit` keeps the driver flat (+32 MB at 4,270 trials) and no wave boundary (a cold start
+# of the trial actors) is paid (benchmarks/RESULTS.md section 15). A number still splits a submission into waves.
+TRIALS_PER_WAVE: int | None = None
+
+
+@dataclass
+class RuntimeSpec:
+    batch_size: int = opt(16, min=1)
+    steps: int = opt(3, min=1)
+    num_frames: int = opt(12, min=1)
+    resolution: int | None = opt(None, min=16)    # None: the model's input size
+    precision: str = opt("fp32", choices=("fp32", "bf16"))   # trial compute
+    hub_k: int = opt(10, min=1)              # at most the gallery size (checked by the plan)
+    cpus_per_trial: float = opt(1.0, above=0)
+    # at most 1: a trial computes on one device (workloads/trial.py); fractions share a GPU, and its throughput
+    # (benchmarks/RESULTS.md section 6)
+    gpus_per_trial: float = opt(0.0, min=0, max=1)
+    max_failures: int = opt(1, min=0)        # Tune retries of a trial that crashed its worker
+    max_concurrent_trials: int | None = opt(None, min=1)
+    # trials per Ray Tune experiment (orchestrator/run/tune.py "Waves"; None: all in one, the default)
+    trials_per_wave: int | None = opt(TRIALS_PER_WAVE, min=1)
+    render_actors: int | None = opt(None, min=1)   # Ray Data actor pool size (None: one per CPU)
+    save_scores: bool = True                 # keep each trial's score matrix (fp16) for re-analysis
+
+
+@dataclass
+class GridSpec:
+    name: str
+    datasets: dict[str, DatasetEntry]
+    backbones: list[str]
+    methods: list[str]
+    description: str = ""
+    seed: int = opt(0, min=0)
+    faithful: bool = True
+    method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    variants: dict[str, VariantSpec] = field(default_factory=dict)
+    models: ModelsSpec = field(default_factory=ModelsSpec)
+    assets: AssetsSpec = field(default_factory=AssetsSpec)
+    runtime: RuntimeSpec = field(default_factory=RuntimeSpec)
+    # the scenario sections present (query_shift, query_gallery_shift.cross_dataset, ...), in registry order
+    scenarios: dict[str, Any] = field(default_factory=dict)
+    source: str = ""                         # the file it came from (set by load_grid)
+
+    @property
+    def query_shift(self):
+        """The query-shift section's config (None when the grid has none)."""
+        qs = self.scenarios.get("query_shift")
+        return qs.config if qs is not None else None
+
+
+# -- generic validation ----------------------------------------------------------------------------------------
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true/false"}
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is list:
+        return f"a list of {_type_name(typing.get_args(tp)[0]).removeprefix('a ').removeprefix('an ')}s"
+    if origin is dict:
+        return "a mapping"
+    if tp is type(None):
+        return "null"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return _TYPE_NAMES.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _convert(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, where)
+            except GridError:
+                pass
+        raise GridError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, where)
+    if origin is list:
+        if not isinstance(value, list):
+            raise GridError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+        (item,) = typing.get_args(tp)
+        return [_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise GridError(f"{where}: expected a mapping, got {value!r}")
+        kt, vt = typing.get_args(tp)
+        return {_convert(k, kt, where): _convert(v, vt, f"{where}.{k}") for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise GridError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise GridError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise GridError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise GridError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported schema type {tp!r}")
+
+
+def build(cls: type, data: Any, where: str):
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise GridError(f"{where or 'grid'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    flds = {f.name: f for f in dataclasses.fields(cls) if f.name not in ("source", "scenarios")}
+    unknown = [k for k in data if k not in flds]
+    if unknown:
+        raise GridError(f"{_join(where, unknown[0])}: unknown key{did_you_mean(unknown[0], flds)}; allowed keys: "
+                        f"{', '.join(flds)}")
+    kwargs = {}
+    for name, f in flds.items():
+        if name in data:
+            value = _convert(data[name], hints[name], _join(where, name))
+            rule = f.metadata.get("rule")
+            if rule and value is not None:
+                _check_rule(_join(where, name), value, rule)
+            kwargs[name] = value
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise GridError(f"{_join(where, name)}: required key is missing")
+    return cls(**kwargs)
+
+
+def _check_rule(where: str, value: Any, rule: dict[str, Any]) -> None:
+    from workloads.options import Option, OptionError
+
+    try:
+        Option(type(value), **rule).check(where, value)
+    except OptionError as err:
+        raise GridError(str(err)) from None
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+

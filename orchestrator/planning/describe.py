@@ -1,0 +1,49 @@
+"""What `plan` and `submit --dry-run` print about a plan besides its checkpoints: render sets, gallery encodings,
+clips, the paths not on disk and the cost estimate. Plain text lines, no markup."""
+from __future__ import annotations
+
+from collections import Counter
+
+from orchestrator.planning.cost_model import estimate
+from orchestrator.planning.plan import Plan
+from workloads.spec import CLEAN
+
+
+def sizing_lines(plan: Plan, cost=None) -> list[str]:
+    """What `plan` and `submit --dry-run` print after the checkpoints: render sets, gallery encodings, clips (unknown
+    where the annotations are not on disk), the paths not on disk (one line each, with the key or variable to set)
+    and the cost estimate (orchestrator/planning/cost_model.py) of what is known. Plain text (no markup)."""
+
+    sizes = plan.clip_counts()
+    unknown = [d for d, n in sizes.items() if n is None]
+    sets = sum(len(r) for r in plan.renders.values())
+    perturbed = sum(1 for r in plan.renders.values() for p, _ in r if p != CLEAN)
+    by_dir = Counter(t.direction for t in plan.trials)
+    lines = [f"render sets: {sets} ({perturbed} perturbed, {sets - perturbed} clean; one per dataset x "
+             f"perturbation x severity)",
+             f"gallery encodings: {len(plan.gallery_encodings())} (one per backbone x checkpoint x dataset x "
+             f"direction, cached; " + ", ".join(f"{d} trials {n}" for d, n in sorted(by_dir.items())) + ")"]
+    given = {m.version for m in plan.models.values() if m.finetune is None}
+    trained = {m.version for m in plan.models.values() if m.finetune is not None}
+    lines.insert(0, f"checkpoints: {len(given) + len(trained)} ({len(trained)} fine-tuned or pretrained here, "
+                    f"{len(given)} given)")
+    known = {d: n for d, n in sizes.items() if n is not None}
+    clips = f"clips to render: {plan.render_count():,}" + (
+        f" (test pairs per dataset: {', '.join(f'{d} {n}' for d, n in known.items())})" if known else "")
+    if unknown:
+        clips = (clips + "; " if known else "clips to render: ") + \
+            f"unknown for {', '.join(unknown)} (annotations not on disk)"
+    lines.append(clips)
+    if plan.missing:
+        lines.append(f"not on disk ({len(plan.missing)}; `plan` sizes the grid anyway, `submit` needs them):")
+        lines.extend(f"  missing {m.line()}" for m in plan.missing)
+    est = estimate(plan, cost)
+    if len(unknown) == len(sizes):
+        lines.append("GPU-hours: unknown until the annotations are on disk (the cost model needs the clip counts: "
+                     "orchestrator/planning/cost_model.py)")
+    else:
+        lines.append(est.line() + (f"; not counting {', '.join(unknown)} (clip counts unknown)" if unknown else "")
+                     + " (cost model: orchestrator/planning/cost_model.py)")
+    return lines
+
+

@@ -1,0 +1,57 @@
+"""What a trial's worker needs to find things (`TrialEnvironment`: caches, checkpoints, datasets, device), and the
+checkpoints a plan uses: where each is, and which ones must still be made. Small and JSON-able: it travels to every
+worker with the trainable."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.planning.plan import Plan
+from workloads.spec import TrialSpec
+
+
+@dataclass
+class TrialEnvironment:
+    """What a worker needs to find things, keyed by dataset and (backbone, dataset); JSON-able, small."""
+
+    render_cache: str
+    gallery_cache: str
+    scores_dir: str | None
+    checkpoints: dict[str, dict[str, Any]]      # "backbone|source" -> {"path": file, "clip_only": bool}
+    datasets: dict[str, dict[str, Any]]         # dataset -> {"root": ..., "options": {...}}
+    use_gpu: bool
+    threads: int
+    hook: str | None = None                     # "module:function" called before each trial (docs/testing.md)
+
+    def context_for(self, spec: TrialSpec):
+        from workloads.trial import TrialContext
+
+        ds = self.datasets[spec.dataset]
+        model = self.checkpoints[f"{spec.backbone}|{spec.source_dataset or spec.dataset}"]
+        return TrialContext(render_cache=self.render_cache, gallery_cache=self.gallery_cache,
+                            checkpoint=model["path"], clip_only=model["clip_only"], dataset_root=ds["root"],
+                            dataset_options=ds["options"], scores_dir=self.scores_dir,
+                            device="cuda" if self.use_gpu else "cpu", threads=self.threads)
+
+
+def trial_environment(plan: Plan, checkpoints: dict[str, dict[str, Any]], hook: str | None = None):
+    """The environment the grid's trials run in (render and gallery caches, checkpoints, datasets)."""
+    rt = plan.grid.runtime
+    return TrialEnvironment(render_cache=str(plan.paths.render), gallery_cache=str(plan.paths.gallery),
+                            scores_dir=str(plan.paths.scores(plan.grid.name)) if rt.save_scores else None,
+                            checkpoints=checkpoints,
+                            datasets={n: {"root": d.root, "options": d.options} for n, d in plan.datasets.items()},
+                            use_gpu=rt.gpus_per_trial > 0, threads=max(1, int(rt.cpus_per_trial)), hook=hook)
+
+
+def checkpoint_paths(plan: Plan) -> dict[str, dict[str, Any]]:
+    """"backbone|source" -> {"path", "clip_only"} of every checkpoint the plan uses (made or not yet)."""
+    return {f"{b}|{src}": {"path": str(plan.model_path(b, src)), "clip_only": m.clip_only}
+            for (b, src), m in plan.models.items()}
+
+
+def models_to_make(plan: Plan) -> list[tuple[str, str]]:
+    """(backbone, source) of each checkpoint the grid neither supplies nor has in its cache, in plan order."""
+    return [key for key, m in plan.models.items() if not m.given_path and not plan.model_path(*key).is_file()]
+
+

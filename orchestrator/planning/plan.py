@@ -1,0 +1,406 @@
+"""Planning: a validated grid -> trial specs, the checkpoints they need, and the clips to render.
+
+Everything here is pure data and cheap: nothing trains, renders or starts Ray. Trial keys include the data and
+model versions, computed without training (a fine-tuned checkpoint's key comes from its config and data version).
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from orchestrator.config.assets import needs_stand_in
+from orchestrator.config.errors import GridError, MissingPath
+from orchestrator.config.grid import load_grid
+from orchestrator.config.scenarios.base import PRETRAINED
+from orchestrator.config.schema import GridSpec
+from orchestrator.planning.paths import Paths
+from orchestrator.planning.versions import TextSetJob, asset_version, file_version, text_assets_version
+from workloads.mixing import Mix
+from workloads.spec import CLEAN, TrialSpec
+
+
+@dataclass
+class DatasetPlan:
+    name: str
+    root: str | None
+    options: dict
+    unavailable: str | None = None   # sizing without the data: why its annotations cannot be read (None: readable)
+
+    @cached_property
+    def dataset(self):
+        from workloads.datasets import create_dataset
+
+        return create_dataset(self.name, root=self.root, **self.options)
+
+    @cached_property
+    def version(self) -> str:
+        """Content key of the data. Generated datasets give it from their generator config (no generation
+        needed); real ones from their annotation files."""
+        from workloads.seeding import digest
+
+        if self.unavailable:   # a stand-in so trials still get (never-matching) keys: nothing of it has run
+            return f"unknown:{self.name}"
+        ds = self.dataset
+        if hasattr(ds, "version"):
+            return ds.version()
+        train = None
+        try:
+            train = ds.train_split().fingerprint
+        except Exception:  # datasets without a train split still have a version
+            pass
+        return digest([ds.test_split().fingerprint, train])
+
+    @cached_property
+    def test(self):
+        return self.dataset.test_split()
+
+    @property
+    def size(self) -> int | None:
+        """Test pairs (clips per render set, queries per trial); None when the annotations are not on disk."""
+        return None if self.unavailable else len(self.test)
+
+
+@dataclass
+class ModelPlan:
+    """One checkpoint: given as a file, fine-tuned here on a source dataset, or (zero-shot) CLIP weights never
+    fine-tuned for retrieval: a given CLIP file or an image-text model pretrained here."""
+
+    backbone: str
+    dataset: str                  # the source it stands for: a dataset name, or PRETRAINED
+    clip_model: str
+    given_path: str | None
+    finetune: object | None       # workloads.backbones.finetune.FinetuneConfig (None: given file)
+    train_dataset: str | None = None            # the dataset it is (to be) trained on
+    init_from: tuple[str, str] | None = None   # (backbone, dataset) of the model whose CLIP it starts from
+    version: str = ""
+    clip_only: bool = False       # only its CLIP weights are used; the pooling head starts at its initialisation
+
+    def path(self, paths: Paths, data_version: str) -> Path:
+        if self.given_path:
+            return Path(self.given_path).expanduser().resolve()
+        from workloads.backbones.finetune_config import checkpoint_path
+
+        return checkpoint_path(self.finetune, self.train_dataset, data_version, paths.models)
+
+
+class PlanError(GridError):
+    """The grid is valid but cannot be planned (a checkpoint that can be neither found nor trained, ...)."""
+
+
+@dataclass
+class Plan:
+    grid: GridSpec
+    paths: Paths
+    datasets: dict[str, DatasetPlan]          # targets, fine-tuning sources and the pretraining data
+    models: dict[tuple[str, str], ModelPlan]   # (backbone, source dataset or PRETRAINED) -> checkpoint
+    trials: list[TrialSpec]
+    # target dataset -> ordered (perturbation, severity) video renders needed (clean included when any trial needs it)
+    renders: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    resolution: int = 0
+    # (dataset, perturbation) -> version of the assets it renders with ("" for none): part of render/trial keys
+    render_assets: dict[tuple[str, str], str] = field(default_factory=dict)
+    # dataset -> (backbone whose checkpoint embeds distractors or None for zero-shot weights, version, kind)
+    embedders: dict[str, tuple[str | None, str, str]] = field(default_factory=dict)
+    text_sets: list = field(default_factory=list)     # orchestrator.planning.versions.TextSetJob, one per t2v text cell
+    notes: list[str] = field(default_factory=list)    # what the grid asks for that will not run here, and why
+    # sizing without the data (`plan`, `submit --dry-run`): the paths the grid names that are not on disk; None when
+    # the plan was built for a run (every path checked by the grid)
+    missing: list[MissingPath] | None = None
+
+    def render_count(self) -> int:
+        """Clips to render (datasets whose annotations are not on disk count 0: see clip_counts)."""
+        return sum((self.datasets[d].size or 0) * len(r) for d, r in self.renders.items())
+
+    def clip_counts(self) -> dict[str, int | None]:
+        """Target dataset -> test pairs (clips per render set, queries per trial); None: unknown (no annotations)."""
+        return {d: self.datasets[d].size for d in dict.fromkeys([*self.renders, *(t.dataset for t in self.trials)])}
+
+    def gallery_encodings(self) -> list[tuple]:
+        """The distinct gallery encodings the trials need: (backbone, model version, dataset, direction, frames,
+        resolution, precision), the fields of workloads/trial.py encode_gallery's cache key that vary in a plan."""
+        return list(dict.fromkeys((t.backbone, t.model_version, t.dataset, t.direction, t.num_frames, t.resolution,
+                                   t.precision) for t in self.trials))
+
+    def model_path(self, backbone: str, source: str) -> Path:
+        m = self.models[(backbone, source)]
+        return m.path(self.paths, self.datasets[m.train_dataset].version if m.train_dataset else "")
+
+    def summary(self) -> dict:
+        by_scenario = Counter(t.scenario for t in self.trials)
+        return {"grid": self.grid.name, "trials": len(self.trials), "render_jobs": self.render_count(),
+                "text_sets": len(self.text_sets),
+                "checkpoints": len({str(self.model_path(*k)) for k in self.models}),
+                "datasets": ",".join(self.datasets), **{f"trials_{k}": v for k, v in by_scenario.items()}}
+
+
+def _image_size(clip_model: str) -> int:
+    from workloads.backbones import model_config
+
+    cfg = model_config(clip_model)
+    if cfg is None:
+        raise ValueError(f"unknown open_clip model {clip_model!r}")
+    size = cfg["vision_cfg"]["image_size"]
+    return int(size[0] if isinstance(size, (list, tuple)) else size)
+
+
+def _method_entry(grid: GridSpec, entry: str) -> tuple[str, dict, bool, str]:
+    """(method, options, faithful, variant label) of one `methods:` entry."""
+    if entry in grid.variants:
+        v = grid.variants[entry]
+        return v.method, dict(v.options), grid.faithful if v.faithful is None else v.faithful, entry
+    return entry, dict(grid.method_options.get(entry, {})), grid.faithful, ""
+
+
+def _dataset_plan(grid: GridSpec, paths: Paths, name: str, options: dict | None = None) -> DatasetPlan:
+    entry = grid.datasets.get(name)
+    root = entry.root if entry is not None and entry.root is not None else str(paths.datasets)
+    return DatasetPlan(name, root, dict(options if options is not None else entry.options if entry else {}))
+
+
+def _plan_models(grid: GridSpec, datasets: dict[str, DatasetPlan], sources: list[str], paths: Paths
+                 ) -> dict[tuple[str, str], ModelPlan]:
+    from workloads.backbones.finetune_config import FinetuneConfig
+
+    m, ft = grid.models, grid.models.finetune
+    base_init = file_version(m.pretrained) if m.pretrained else ""
+    models: dict[tuple[str, str], ModelPlan] = {}
+    pretrained_model: ModelPlan | None = None
+    # clip4clip first: an X-Pool fine-tune may start from it
+    for backbone in sorted(grid.backbones, key=lambda b: b != "clip4clip"):
+        for src in sources:
+            if src == PRETRAINED:
+                if pretrained_model is None:
+                    pretrained_model = _pretrained_model(grid, datasets, paths)
+                models[(backbone, src)] = pretrained_model
+                continue
+            given = m.checkpoints.get(backbone, {}).get(src)
+            if given:
+                models[(backbone, src)] = ModelPlan(backbone, src, m.clip_model, given, None,
+                                                    version=file_version(given))
+                continue
+            init, init_from, steps = base_init, None, ft.steps
+            if backbone == "xpool" and ft.xpool_init_from_clip4clip and ("clip4clip", src) in models:
+                init_from = ("clip4clip", src)
+                init = "model:" + models[init_from].version
+                steps = ft.xpool_steps or ft.steps
+            cfg = FinetuneConfig(backbone=backbone, clip_model=m.clip_model, init=init, steps=steps,
+                                 batch_size=ft.batch_size, lr=ft.lr, weight_decay=ft.weight_decay,
+                                 train_frames=ft.train_frames, frames_per_clip=ft.frames_per_clip,
+                                 eval_frames=grid.runtime.num_frames, precision=ft.precision, seed=grid.seed)
+            models[(backbone, src)] = ModelPlan(backbone, src, m.clip_model, None, cfg, src, init_from,
+                                                version="ft:" + cfg.key(src, datasets[src].version))
+    return models
+
+
+def _pretrained_model(grid: GridSpec, datasets: dict[str, DatasetPlan], paths: Paths) -> ModelPlan:
+    """The zero-shot model: the grid's CLIP weights file, else an image-text CLIP pretrained here on single frames of
+    `models.zero_shot_pretrain.dataset` (its own caption style; never a video retrieval fine-tune)."""
+    from workloads.backbones.finetune_config import FinetuneConfig
+
+    m = grid.models
+    if m.pretrained:
+        return ModelPlan("clip", PRETRAINED, m.clip_model, m.pretrained, None, version=file_version(m.pretrained),
+                         clip_only=True)
+    pre = m.zero_shot_pretrain
+    if pre is None:  # the grid check names the key; this guards programmatic plans
+        raise PlanError("zero-shot cells need models.pretrained or models.zero_shot_pretrain")
+    datasets.setdefault(pre.dataset, _dataset_plan(grid, paths, pre.dataset, pre.options))
+    cfg = FinetuneConfig(backbone="clip4clip", clip_model=m.clip_model, steps=pre.steps, batch_size=pre.batch_size,
+                         lr=pre.lr, weight_decay=pre.weight_decay, train_frames=4, frames_per_clip=1,
+                         eval_frames=grid.runtime.num_frames, precision=pre.precision, seed=grid.seed)
+    return ModelPlan("clip", PRETRAINED, m.clip_model, None, cfg, pre.dataset,
+                     version="pretrain:" + cfg.key(pre.dataset, datasets[pre.dataset].version), clip_only=True)
+
+
+def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None = None) -> Plan:
+    """The plan of a validated grid. With `missing` (sizing before the data is there: `plan_for_sizing`), datasets
+    whose annotations cannot be read are planned with unknown clip counts and listed in it."""
+    cells = [(scenario, cell) for scenario in grid.scenarios.values() for cell in scenario.cells(grid)]
+    datasets: dict[str, DatasetPlan] = {}
+    for _, cell in cells:
+        for name in (cell.dataset, cell.source):
+            if name != PRETRAINED and name not in datasets:
+                datasets[name] = _dataset_plan(grid, paths, name)
+                if missing is not None:
+                    _check_readable(grid, datasets[name], missing)
+    sources = list(dict.fromkeys(cell.source for _, cell in cells))
+    models = _plan_models(grid, datasets, sources, paths)
+    resolution = grid.runtime.resolution or _image_size(grid.models.clip_model)
+
+    # video renders per target: v2t queries at their own perturbation (a mix: every cell it can draw, and the clean
+    # clips of the queries it spares); t2v galleries (and clean v2t) clean clips
+    renders: dict[str, list[tuple[str, int]]] = {}
+    for _, cell in cells:
+        if cell.direction != "v2t":
+            needs = [(CLEAN, 0)]
+        elif cell.mix:
+            needs = [(CLEAN, 0), *Mix.from_json(cell.mix).cells()]
+        else:
+            needs = [(cell.perturbation, cell.severity)]
+        for need in needs:
+            renders.setdefault(cell.dataset, [])
+            if need not in renders[cell.dataset]:
+                renders[cell.dataset].append(need)
+
+    from workloads.perturbations.video import get as perturbation_info
+
+    embedders: dict[str, tuple[str | None, str, str]] = {}
+    render_assets: dict[tuple[str, str], str] = {}
+    for ds, cells_of_ds in renders.items():
+        for pert in dict.fromkeys(p for p, _ in cells_of_ds if p != CLEAN):
+            if perturbation_info(pert).assets is None:
+                render_assets[(ds, pert)] = ""
+                continue
+            if ds not in embedders:
+                embedders[ds] = _embedder(grid, models, ds)
+            render_assets[(ds, pert)] = asset_version(grid, ds, pert, datasets[ds].version, embedders[ds][1])
+
+    rt = grid.runtime
+    trials: list[TrialSpec] = []
+    text_sets: dict = {}
+    for scenario, cell in cells:
+        if cell.mix:  # each type the mix draws renders with its own assets
+            assets = json.dumps({p: render_assets[(cell.dataset, p)] for p in Mix.from_json(cell.mix).perturbations
+                                 if render_assets.get((cell.dataset, p))}, sort_keys=True)
+        else:
+            assets = render_assets.get((cell.dataset, cell.perturbation), "")
+        for backbone in grid.backbones:
+            model = models[(backbone, cell.source)]
+            if cell.direction == "t2v" and cell.mix:     # each (type, severity) the mix draws: its text set
+                versions = {p: _text_set(grid, cell.dataset, p, sev, (backbone, cell.source), model, datasets,
+                                         text_sets) for p, sev in Mix.from_json(cell.mix).cells()}
+                assets = json.dumps(versions, sort_keys=True)
+            elif cell.direction == "t2v" and cell.perturbation != CLEAN:
+                assets = _text_set(grid, cell.dataset, cell.perturbation, cell.severity, (backbone, cell.source),
+                                   model, datasets, text_sets)
+            for entry in grid.methods:
+                method, options, faithful, variant = _method_entry(grid, entry)
+                trials.append(TrialSpec(
+                    dataset=cell.dataset, direction=cell.direction, scenario=scenario.name,
+                    perturbation=cell.perturbation, severity=cell.severity, method=method, backbone=backbone,
+                    seed=grid.seed, faithful=faithful, source_dataset=cell.source, clip_model=grid.models.clip_model,
+                    model_version=model.version, data_version=datasets[cell.dataset].version,
+                    batch_size=rt.batch_size, steps=rt.steps, num_frames=rt.num_frames, resolution=resolution,
+                    precision=rt.precision, hub_k=rt.hub_k, options=json.dumps(options),
+                    render_assets=assets, variant=variant, mix=cell.mix))
+    notes = [line for scenario in grid.scenarios.values() for line in scenario.notes(grid)]
+    return Plan(grid, paths, datasets, models, trials, renders, resolution, render_assets, embedders,
+                list(text_sets.values()), notes, missing)
+
+
+def _check_readable(grid: GridSpec, dp: DatasetPlan, missing: list[MissingPath]) -> None:
+    """Sizing without the data: mark a dataset whose root or test annotations are not on disk unavailable (listed in
+    `missing` once, under its root key, with what the loader wants)."""
+    key = f"datasets.{dp.name}.root"
+    known = next((m for m in missing if m.key == key), None)
+    if known is not None:
+        dp.unavailable = known.fix
+        return
+    try:
+        if hasattr(dp.dataset, "version"):   # generated on first use: always available
+            return
+        dp.test  # noqa: B018 (reads the annotations)
+    except Exception as err:  # the loader's one-line reason (DatasetError: which file, where it comes from)
+        dp.unavailable = str(err).splitlines()[0] if str(err) else type(err).__name__
+        missing.append(MissingPath(key, str(dp.root), dp.unavailable))
+
+
+def plan_for_sizing(grid_path: str | os.PathLike, paths: Paths) -> Plan:
+    """`plan` and `submit --dry-run`: the plan of a grid whether or not its data, weights and assets are on disk yet.
+    Paths that are not there are in `plan.missing` (one MissingPath each, with the key or variable to set); datasets
+    without annotations have unknown clip counts; missing asset files plan as their fallbacks. Starts nothing."""
+
+    missing: list[MissingPath] = []
+    grid = load_grid(grid_path, missing=missing)
+    _drop_missing_assets(grid, missing)
+    return build_plan(grid, paths, missing)
+
+
+def _drop_missing_assets(grid: GridSpec, missing: list[MissingPath]) -> None:
+    """Asset paths that are not on disk plan as absent (their types render the flagged fallbacks)."""
+    import dataclasses
+
+    keys = {m.key.split("[")[0] for m in missing}
+    for f in dataclasses.fields(grid.assets):
+        if f"assets.{f.name}" in keys:
+            setattr(grid.assets, f.name, None)
+    for name, entry in grid.datasets.items():
+        for attr in ("main_objects", "distractor_pool"):
+            if f"datasets.{name}.assets.{attr}" in keys:
+                setattr(entry.assets, attr, None)
+        pre = entry.assets.text_precomputed
+        for pert in [p for p in pre if f"datasets.{name}.assets.text_precomputed.{p}" in keys]:
+            del pre[pert]
+
+
+def missing_videos(plan: Plan) -> list[str]:
+    """Video files the plan will read that do not exist, all at once, per dataset and split (count + the first ten):
+    test videos of every target, train videos of every dataset fine-tuned here. Returns one note per split with
+    missing videos (each fails only its own renders later); raises PlanError (one line) when a split has none of its
+    videos, since nothing of that dataset could run. Generated datasets (made on first use) are skipped."""
+    from workloads.datasets import missing_video_report
+
+    wanted: dict[str, list[str]] = {name: ["test"] for name in plan.renders}
+    for m in plan.models.values():
+        if not m.given_path and m.train_dataset and "train" not in wanted.setdefault(m.train_dataset, []):
+            wanted[m.train_dataset].append("train")
+    notes = []
+    for name, splits in wanted.items():
+        if plan.datasets[name].unavailable:   # sizing without the data: its root is listed in plan.missing
+            continue
+        ds = plan.datasets[name].dataset
+        if hasattr(ds, "version"):   # generated under the cache on first use (workloads/datasets/synthetic.py)
+            continue
+        for split_name in splits:
+            split = ds.split(split_name)
+            missing = len(ds.missing_videos(split))
+            if not missing:
+                continue
+            report = missing_video_report(ds, split_name)
+            if missing == len(set(split.video_ids)) and plan.missing is not None:   # sizing: list it, go on
+                key, folder = f"datasets.{name}.options.videos_dir", str(Path(split.pairs[0].video_path).parent)
+                earlier = next((i for i, m in enumerate(plan.missing) if m.key == key), None)
+                what = f"{missing} {split_name}"
+                if earlier is not None:   # the test split's line: one line per dataset
+                    what = plan.missing.pop(earlier).fix.split(" videos exist")[0].removeprefix("none of its ") \
+                        + f" / {what}"
+                plan.missing.append(MissingPath(key, folder, f"none of its {what} videos exist: put them there or "
+                                                f"set {key} (or root)"))
+                continue
+            if missing == len(set(split.video_ids)):
+                raise PlanError(f"{report}: none of its {split_name} videos exist; put them there or set "
+                                f"datasets.{name}.options.videos_dir (or root)")
+            notes.append(f"{report} (these fail their own renders; the rest run)")
+    return notes
+
+
+def _text_set(grid: GridSpec, dataset: str, perturbation: str, severity: int, model_key: tuple[str, str],
+              model: ModelPlan, datasets: dict[str, DatasetPlan], text_sets: dict) -> str:
+    """The text set t2v trials with this model read at (perturbation, severity), added to `text_sets`; returns its
+    assets version (the trials' render_assets). Sets made with a stand-in encoder belong to the model; others are
+    shared."""
+    from workloads.text_queries import TextSetKey
+
+    stand_in = needs_stand_in(grid, dataset, perturbation)
+    version = text_assets_version(grid, dataset, perturbation, model.version if stand_in else None)
+    key = TextSetKey(dataset, datasets[dataset].version, perturbation, severity, grid.seed, version)
+    text_sets.setdefault(key, TextSetJob(key, model_key if stand_in else None))
+    return version
+
+
+def _embedder(grid: GridSpec, models: dict[tuple[str, str], ModelPlan], ds: str) -> tuple[str | None, str, str]:
+    """Which CLIP chooses a dataset's per-video assets (event-insertion distractors): the grid's zero-shot CLIP
+    weights when given (as the authors), else the dataset's own fine-tuned mean-pooling model."""
+    if grid.models.pretrained:
+        return None, file_version(grid.models.pretrained), "zero_shot_clip"
+    backbone = "clip4clip" if ("clip4clip", ds) in models else grid.backbones[0]
+    if (backbone, ds) not in models:
+        raise PlanError(f"dataset {ds}: perturbations with assets need a CLIP to choose them: give models.pretrained "
+                        f"or run query_shift on {ds} (its fine-tuned model)")
+    return backbone, models[(backbone, ds)].version, "finetuned"
+
+

@@ -1,0 +1,151 @@
+"""Render sets: one (dataset, perturbation, severity), every test clip of a dataset at one cell, the unit a trial
+reads from the render cache. Which sets a trial reads, the order they are rendered in (by the first trial that needs
+them, or Johnson's rule under the cost model), and the actor rows that render them (one row per video x group of a
+dataset's severities, so a video is decoded once). Pure functions of the plan and the cache's contents."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrator.planning.cost_model import CostModel
+from orchestrator.planning.plan import Plan
+from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
+from workloads.spec import CLEAN, TrialSpec
+
+RenderSet = tuple[str, str, int]     # (dataset, perturbation, severity)
+
+
+def trial_render_sets(spec: TrialSpec) -> list[RenderSet]:
+    """The render sets a trial reads (as orchestrator/planning/plan.py decides the renders): v2t queries at their cell (a mix:
+    every cell it draws and the clean clips), t2v galleries and clean cells the clean clips."""
+    if spec.direction != "v2t":
+        return [(spec.dataset, CLEAN, 0)]
+    if spec.mix:
+        from workloads.mixing import Mix
+
+        return [(spec.dataset, CLEAN, 0), *((spec.dataset, p, int(s)) for p, s in Mix.from_json(spec.mix).cells())]
+    return [(spec.dataset, spec.perturbation, int(spec.severity))]
+
+
+def ordered_sets(plan: Plan, trials: list[TrialSpec] | None = None) -> list[RenderSet]:
+    """Every render set of the plan, ordered by the first of `trials` (plan order) that reads it; sets no trial to run
+    reads come last (the render stage still fills them, as before)."""
+    planned = [(d, p, int(s)) for d, cells in plan.renders.items() for p, s in cells]
+    known = set(planned)
+    order: dict[RenderSet, None] = {}
+    for t in trials if trials is not None else plan.trials:
+        for rs in trial_render_sets(t):
+            if rs in known:
+                order.setdefault(rs, None)
+    for rs in planned:
+        order.setdefault(rs, None)
+    return list(order)
+
+
+def render_keys(plan: Plan, dataset: str, video_id: str) -> list[RenderKey]:
+    ds = plan.datasets[dataset]
+    return [RenderKey(dataset, ds.version, video_id, pert, sev, plan.grid.seed, plan.grid.runtime.num_frames,
+                      plan.resolution, plan.render_assets.get((dataset, pert), ""))
+            for pert, sev in plan.renders[dataset]]
+
+
+def plan_render_rows(plan: Plan, cache: RenderCache, video_assets: dict[str, dict[str, dict]] | None = None
+                     ) -> tuple[list[dict[str, Any]], int]:
+    """One row per source video with the clips of it that are not in the cache yet; returns (rows, reused)."""
+    rows, reused = [], 0
+    for ds_name in plan.renders:
+        seen: set[str] = set()
+        for pair in plan.datasets[ds_name].test.pairs:
+            if pair.video_id in seen:   # a video with several test captions (MSVD captions: all) renders once
+                continue
+            seen.add(pair.video_id)
+            todo = []
+            for key in render_keys(plan, ds_name, pair.video_id):
+                try:
+                    cache.probe(key)
+                    reused += 1
+                except (CacheMiss, CacheCorrupt):
+                    todo.append([key.perturbation, key.severity, key.assets])
+            if todo:
+                extra = (video_assets or {}).get(ds_name, {}).get(pair.video_id, {})
+                rows.append({"dataset": ds_name, "data_version": plan.datasets[ds_name].version,
+                             "video_id": pair.video_id, "video_path": pair.video_path, "requests": json.dumps(todo),
+                             "extra_assets": json.dumps(extra)})
+    return rows, reused
+
+
+def johnson_order(sets: list[RenderSet], render_seconds, trial_seconds) -> list[RenderSet]:
+    """Render sets in the order that keeps both the CPUs and the GPUs busy when costs are known (Johnson's rule for a
+    two-stage flow shop, rendering then trials): first the sets whose rendering is shorter than their trials, by
+    rendering time ascending (the GPUs get work early), then the rest by trial time descending (short trial tails
+    last). `render_seconds(set)` and `trial_seconds(set)`: each stage's time per set on its whole pool of CPUs / GPU
+    slots. `submit` orders through `cost_ordered_sets` (the plan's cost model); benchmarks/cluster_sim.py with its
+    own per-dataset costs."""
+    a = {rs: render_seconds(rs) for rs in sets}
+    b = {rs: trial_seconds(rs) for rs in sets}
+    first = sorted((rs for rs in sets if a[rs] < b[rs]), key=lambda rs: a[rs])
+    last = sorted((rs for rs in sets if a[rs] >= b[rs]), key=lambda rs: -b[rs])
+    return first + last
+
+
+def cost_ordered_sets(plan: Plan, sets: list[RenderSet], trials: list[TrialSpec], render_cpus: float,
+                      trial_slots: float, cost=None) -> list[RenderSet]:
+    """`sets` in Johnson's order under the plan's cost model (orchestrator/planning/cost_model.py): a set's rendering is its
+    clips x CPU seconds per clip over `render_cpus`, its trials the sum of the trials that read it (a trial reading
+    several sets, a mix, counts a share in each) over `trial_slots`. The clean sets stay first (every checkpoint's
+    check reads them before any trial runs), and where a dataset's clip count is unknown the order is left as given.
+    On the simulated full matrix this order took the makespan from 1.28x to 1.14x the lower bound (RESULTS.md
+    section 11): in plan order the cheap-to-render datasets come last and leave a tail of trials after rendering."""
+
+    cost = cost or CostModel()
+    sizes = plan.clip_counts()
+    if any(sizes.get(d) is None for d, _, _ in sets):
+        return list(sets)
+    trial_s: dict[RenderSet, float] = {}
+    known = set(sets)
+    slots = cost.slots_per_gpu(plan.grid.runtime.gpus_per_trial)
+    for t in trials:
+        reads = [rs for rs in trial_render_sets(t) if rs in known]
+        if not reads:
+            continue
+        share = cost.trial_seconds(sizes[t.dataset], t.batch_size, t.precision, slots) / len(reads)
+        for rs in reads:
+            trial_s[rs] = trial_s.get(rs, 0.0) + share
+    ordered = johnson_order([rs for rs in sets if rs[1] != CLEAN],
+                            lambda rs: cost.render_seconds(sizes[rs[0]]) / max(render_cpus, 1e-9),
+                            lambda rs: trial_s.get(rs, 0.0) / max(trial_slots, 1e-9))
+    return [rs for rs in sets if rs[1] == CLEAN] + ordered
+
+
+def plan_set_rows(plan: Plan, cache: RenderCache, sets: list[RenderSet],
+                  video_assets: dict[str, dict[str, dict]] | None = None
+                  ) -> tuple[list[dict[str, Any]], dict[RenderSet, int], int]:
+    """Rows for `sets` in their order, grouped by (dataset, perturbation) (a group starts where its first set is):
+    one row per video x group with the group's clips not cached yet. Returns (rows, clips to render per set,
+    clips reused)."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for d, p, s in sets:
+        groups.setdefault((d, p), []).append(s)
+    rows, todo_per_set, reused = [], {rs: 0 for rs in sets}, 0
+    seed, frames, res = plan.grid.seed, plan.grid.runtime.num_frames, plan.resolution
+    for (d, p), severities in groups.items():
+        ds = plan.datasets[d]
+        assets_version = plan.render_assets.get((d, p), "")
+        for pair in ds.test.pairs:
+            todo = []
+            for sev in severities:
+                key = RenderKey(d, ds.version, pair.video_id, p, sev, seed, frames, res, assets_version)
+                try:
+                    cache.probe(key)
+                    reused += 1
+                except (CacheMiss, CacheCorrupt):
+                    todo.append([p, sev, assets_version])
+                    todo_per_set[(d, p, sev)] += 1
+            if todo:
+                extra = (video_assets or {}).get(d, {}).get(pair.video_id, {})
+                rows.append({"dataset": d, "data_version": ds.version, "video_id": pair.video_id,
+                             "video_path": pair.video_path, "requests": json.dumps(todo),
+                             "extra_assets": json.dumps(extra)})
+    return rows, todo_per_set, reused
+
+

@@ -1,0 +1,98 @@
+"""The ledger against a tracking store: which of a plan's trials a store lacks and logging them (`sync_store`,
+used by `submit` as it starts and ends and by the `sync` command), the submission's parent run (`start_parent`), and
+which of a plan's trials are still to run (`select_trials`)."""
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Console
+
+from orchestrator.planning.plan import Plan
+from orchestrator.record.ledger import TrialLedger
+from orchestrator.record.mlflow_store import store_key
+from workloads.spec import TrialSpec
+
+
+def sync_entries(tracker, grid_name: str, entries: list[dict[str, Any]], parent: Callable[[], str],
+         record: Callable[[str, str], None],
+         whole: Callable[[str], dict[str, Any] | None] | None = None, chunk: int = 200) -> int:
+    """Log every ledger entry `tracker`'s store lacks (by trial key and status) as a child run of `parent()` (called
+    only when something is logged), and `record(trial key, run id)` for every entry whose run in this store the
+    ledger did not know yet. Returns the number of runs created. `whole(key)` reads an entry back with its
+    per-query lists when `entries` were read without them (`TrialLedger.entries(lists=False)`). The missing ones
+    are logged `chunk` at a time (`log_trials`: one transaction each on a SQL store), each recorded as its chunk
+    commits."""
+    have = tracker.trial_runs(grid_name)
+    store, created, parent_id = store_key(tracker.uri), 0, None
+    missing: list[dict[str, Any]] = []
+    for e in entries:
+        rid = have.get((e["key"], e["status"]))
+        if rid is None:
+            missing.append(e)
+        elif (e.get("mlflow_runs") or {}).get(store) != rid:
+            record(e["key"], rid)
+    for i in range(0, len(missing), chunk):
+        parent_id = parent_id or parent()
+        part = [(whole(e["key"]) if whole else None) or e for e in missing[i:i + chunk]]
+        for e, rid in zip(part, tracker.log_trials(parent_id, grid_name, part)):
+            created += 1
+            record(e["key"], rid)
+    return created
+
+
+def select_trials(plan: Plan, ledger: TrialLedger, only_failed: bool, rerun: bool, incomplete: bool = False):
+    """The trials to run and every trial's ledger status ("ok", "failed", "missing"). `incomplete` also reruns cells
+    that finished with queries dropped (videos that could not be decoded then: fixed videos are picked up)."""
+    entries = {t.key: ledger.get(t.key) for t in plan.trials}
+    status = {k: "missing" if e is None else e["status"] for k, e in entries.items()}
+    if rerun:
+        todo = list(plan.trials)
+    elif only_failed:
+        todo = [t for t in plan.trials if status[t.key] == "failed"]
+    else:
+        todo = [t for t in plan.trials if status[t.key] != "ok"
+                or (incomplete and entries[t.key] and entries[t.key].get("dropped"))]
+    return todo, status
+
+
+def start_parent(tracker, plan: Plan, submission: str, to_run: int, done_before: int) -> str:
+    """The submission's parent run, its params the plan's summary and how many trials it runs; the parents of this
+    grid's submissions whose driver died are closed first (KILLED)."""
+    closed = tracker.close_stale_parents(plan.grid.name)
+    return tracker.start_parent(plan.grid, Path(plan.grid.source).read_text(),
+                                {"submission": submission, **plan.summary(), "to_run": to_run,
+                                 "done_before": done_before, "closed_stale_parents": len(closed)})
+
+
+def sync_store(tracker, plan: Plan, ledger: TrialLedger, parent, console: Console,
+               entries: tuple[list[dict], Callable[[str], dict | None]] | None = None) -> int:
+    """Log to this store every trial of the plan the ledger holds and the store lacks (a driver killed between
+    the ledger and MLflow, a store that was down, another store); `parent()` gives the parent run. `entries`: the
+    entries to compare and how to read one whole (`ledger_as_of`), else the ledger as it is now."""
+    store = store_key(tracker.uri)
+    entries, whole = entries or ledger_as_of(plan, ledger, ())
+    created = sync_entries(tracker, plan.grid.name, entries, parent,
+                           lambda key, rid: ledger.record_run(key, store, rid), whole=whole)
+    if created:
+        console.print(f"MLflow: {created} trials from the ledger logged to {tracker.uri} (missing there)")
+    return created
+
+
+def ledger_as_of(plan: Plan, ledger: TrialLedger, todo: list[TrialSpec]
+                 ) -> tuple[list[dict], Callable[[str], dict | None]]:
+    """The plan's ledger entries as they are now, for `sync_store`, and how to read one whole: entries of `todo`
+    whole now, since trials about to run rewrite them (a sync running beside them would otherwise log a new result
+    that the trial's own logging logs again)."""
+    # read without the per-query lists (a resume of a full grid reads every entry); a run it logs reads its entry whole
+    entries = ledger.entries((t.key for t in plan.trials), lists=False)
+    rerun = {t.key for t in todo}
+    now = {e["key"]: ledger.get(e["key"]) for e in entries if e["key"] in rerun}
+    return entries, lambda key: now[key] if key in now else ledger.get(key)
+
+
+def new_submission_id() -> str:
+    """A submission's id: when it started and a random suffix (ledger entries and MLflow runs carry it)."""
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]

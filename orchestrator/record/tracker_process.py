@@ -1,0 +1,117 @@
+"""A `Tracker` in a process of its own, for `submit`'s driver: MLflow (its import and its store) stays out of the
+memory of the driver that runs Ray Tune, and the store's writes take no GIL time from Tune's loop."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from orchestrator.record.mlflow_store import Tracker, TrackingError
+from orchestrator.record.writer import BackgroundLogging
+
+
+class TrackerProcess(BackgroundLogging):
+    """A `Tracker` in a process of its own, for `submit`'s driver (the long-lived process that runs Ray Tune): MLflow
+    (its import, ~90 MB, and its SQLAlchemy store) stays out of the driver's memory, whose growth at thousands of
+    trials is Ray Tune's (benchmarks/RESULTS.md section 15), and the store's writes take no GIL time from Tune's loop.
+
+    One tracking process per driver interpreter, shared by its TrackerProcess objects and serving every store they
+    name (one Tracker per store in it): MLflow is imported once per interpreter and a store opened once, as MLflow
+    caches its stores in-process; an interpreter that submits many times (the tests, a notebook) pays the ~3 s start
+    once (benchmarks/RESULTS.md section 15). It is started with the first one (spawn: a fresh interpreter, MLflow
+    imported while Ray starts) and serves one call at a time, in order; each call blocks until it answers, and an
+    error comes back as TrackingError (the original type name in `kind`). It ignores SIGINT, so a submission stopped
+    with Ctrl-C still closes its parent run as KILLED, and ends with the driver (its call pipe closes); a broken one
+    is replaced by the next TrackerProcess."""
+
+    def __init__(self, tracking_uri: str, results_dir: str | os.PathLike):
+        self.uri = tracking_uri
+        self.results_dir = Path(results_dir).resolve()
+        self._writer = None
+        self._pool = _tracking_pool()
+        self._pid = self._pool.submit(os.getpid)   # starts the process now, if new
+        # and opens the store (a new sqlite store's migrations: ~1.5 s) while the caller goes on (Ray starts); an
+        # error here is raised again by the first call
+        self._pool.submit(_call_tracker, self.uri, str(self.results_dir), None, ())
+
+    @property
+    def pid(self) -> int:
+        """The tracking process's pid."""
+        return self._pid.result()
+
+    def _call(self, name: str, *args):
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return self._pool.submit(_call_tracker, self.uri, str(self.results_dir), name, args).result()
+        except BrokenProcessPool as err:
+            raise TrackingError("BrokenProcessPool", f"the tracking process ended ({err})") from None
+        except RuntimeError as err:
+            if "after shutdown" in str(err):   # closed: the caller asked after `close`
+                raise TrackingError("TrackerClosed", "the tracking process was closed") from None
+            raise
+
+    def start_parent(self, grid, grid_text: str, summary: dict[str, Any], pid: int | None = None) -> str:
+        import types
+
+        return self._call("start_parent", types.SimpleNamespace(name=grid.name, source=grid.source), grid_text,
+                          summary, pid or os.getpid())
+
+    def close_stale_parents(self, grid_name: str) -> list[str]:
+        return self._call("close_stale_parents", grid_name)
+
+    def log_trial(self, parent_id: str, grid_name: str, entry: dict[str, Any]) -> str:
+        return self._call("log_trial", parent_id, grid_name, entry)
+
+    def log_trials(self, parent_id: str, grid_name: str, entries: list[dict[str, Any]]) -> list[str]:
+        return self._call("log_trials", parent_id, grid_name, entries)
+
+    def trial_runs(self, grid_name: str) -> dict[tuple[str, str], str]:
+        return self._call("trial_runs", grid_name)
+
+    def finish_parent(self, parent_id: str, metrics: dict[str, float], files: list[Path], status: str) -> None:
+        self._call("finish_parent", parent_id, metrics, [Path(f) for f in files], status)
+
+    def close(self) -> None:
+        """Returns once what is queued is logged (bounded: a dead store fails each call within ~30 s and the writer
+        then drops the rest); the process stays for the driver's next submission."""
+        writer = self._writer
+        super().close()
+        if writer is not None:
+            writer.thread.join(timeout=60)
+
+
+_TRACKING: dict[str, Any] = {}   # this interpreter's tracking process (TrackerProcess): {"pool", "pid"}
+
+
+def _tracking_pool():
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = _TRACKING.get("pool")
+    if pool is None or getattr(pool, "_broken", False) or _TRACKING.get("pid") != os.getpid():
+        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_serve_tracker)
+        _TRACKING.update(pool=pool, pid=os.getpid())
+    return pool
+
+
+# the tracking process's side of TrackerProcess: one Tracker per (store, results dir)
+_SERVED: dict[tuple[str, str], Tracker] = {}
+
+
+def _serve_tracker() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's to handle: it closes the parent run
+
+
+def _call_tracker(tracking_uri: str, results_dir: str, name: str, args: tuple):
+    try:
+        tracker = _SERVED.get((tracking_uri, results_dir))
+        if tracker is None:
+            tracker = _SERVED[(tracking_uri, results_dir)] = Tracker(tracking_uri, results_dir)
+        return None if name is None else getattr(tracker, name)(*args)   # None: open the store only
+    except Exception as err:
+        raise TrackingError(type(err).__name__, str(err)) from None
+
+

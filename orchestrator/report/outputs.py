@@ -1,0 +1,142 @@
+"""A grid's outputs besides the ledger: its tables (orchestrator/report/results.py) and its report (orchestrator/report/page.py),
+both written from the ledger, and the counts the MLflow parent run is closed with.
+
+At the end of `submit` of a large grid they are written by a child process (`write_outputs_apart`), not by the
+driver (`write_grid_outputs`): at the full matrix's size the tables' frames and the report's plots (matplotlib, the
+per-cell frame) grew the driver by ~127 MB at once, after a Tune loop that had stayed flat (benchmarks/RESULTS.md
+section 15), and in a child not even a crash in a plot library can take the driver down. A small grid's are written
+in the driver, where the child's start would cost more than they do. The child is a fresh interpreter
+(`python -m orchestrator.report.outputs`), not a fork: the driver runs Ray's and MLflow's threads, and a forked copy
+of their locks can hang; nor multiprocessing's "spawn", which re-runs the caller's main script in the child. It costs one interpreter
+start and the imports (~1.5 s of CPU), once per submission. The child, which runs no threads, forks once more to
+draw the report's severity figures while it writes the tables and the rest (orchestrator/report/page.py
+`severity_apart`). The ledger stays the record either way: `python -m orchestrator report GRID` writes the same
+files in its own process.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.record.ledger import TrialLedger
+from orchestrator.report.page import clear_plots, write_report
+from orchestrator.report.plots import severity_apart
+from orchestrator.report.results import write_tables
+from orchestrator.report.tables import planned_rows
+from workloads.spec import TrialSpec
+
+
+@dataclass
+class Outputs:
+    """What was written, and what the ledger held for the grid's trials."""
+
+    files: list[Path] = field(default_factory=list)
+    ok: int = 0
+    failed: int = 0
+    present: int = 0                  # trials of the grid with a ledger entry (ok or failed)
+    report_error: str | None = None   # the report failed (the tables were written): its one-line cause
+    error: str | None = None          # nothing was written: the one-line cause
+    peak_rss_mb: float | None = None  # the writing process's peak resident memory (Linux), for the benchmarks
+    writer_pid: int | None = None     # the process that wrote them
+
+
+def _peak_rss_mb() -> float | None:
+    """This process's peak RSS since it started its program (VmHWM: counted per address space, so not the parent's
+    pages a forked child starts with, which getrusage's ru_maxrss includes)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def write_outputs(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Path, apart: bool = False) -> Outputs:
+    """The tables, then the report, in this process. A failed report leaves the tables (`report_error`). `apart`:
+    the report's severity figures in a forked process (orchestrator/report/page.py `severity_apart`), for a process
+    with no threads of its own (`_child`)."""
+
+    ledger = TrialLedger(ledger_root)
+    # without the per-query lists: at 4,270 trials they are ~60 MB (benchmarks/RESULTS.md section 15)
+    entries = ledger.entries((t.key for t in specs), lists=False)
+    out = Outputs(ok=sum(e["status"] == "ok" for e in entries), failed=sum(e["status"] == "failed" for e in entries),
+                  present=len(entries))
+    severity = df = None
+    try:   # the report's severity figures draw in a forked process while this one writes the tables
+
+        df = planned_rows(specs, entries)
+        severity = severity_apart(grid, df, clear_plots(grid_dir)) if apart else None
+    except Exception as err:  # a plot must not cost the tables: `report GRID` rebuilds it
+        out.report_error = f"{type(err).__name__}: {err}"
+    out.files = write_tables(entries, grid_dir, grid)
+    if out.report_error is None:
+        try:
+
+            out.files += write_report(grid, specs, entries, grid_dir, ledger, severity=severity, df=df)
+        except Exception as err:
+            out.report_error = f"{type(err).__name__}: {err}"
+    out.peak_rss_mb, out.writer_pid = _peak_rss_mb(), os.getpid()
+    return out
+
+
+APART_FROM_TRIALS = 500   # grids with more trials than this get their outputs written by a child process
+
+
+def write_grid_outputs(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Path) -> Outputs:
+    """`submit`'s outputs: in a child process (`write_outputs_apart`) for a grid of more than APART_FROM_TRIALS
+    trials, in this process below it. A child costs ~1.5 CPU-s to start (an interpreter, pandas, pyarrow,
+    matplotlib), which only a large grid's frames and plots repay; at a few hundred trials they grow this process
+    by a few MB beyond matplotlib's import (benchmarks/RESULTS.md section 15)."""
+    if len(specs) > APART_FROM_TRIALS:
+        return write_outputs_apart(grid, specs, grid_dir, ledger_root)
+    return write_outputs(grid, specs, grid_dir, ledger_root)
+
+
+def write_outputs_apart(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Path) -> Outputs:
+    """`write_outputs` in a child process (see the module docstring). An exception inside the child is raised here as
+    it would be in this process; a child that dies (killed, out of memory) comes back as `Outputs.error`."""
+    with tempfile.TemporaryDirectory(prefix="mlvp-outputs-") as tmp:
+        job, answer = Path(tmp) / "job.pkl", Path(tmp) / "answer.pkl"
+        job.write_bytes(pickle.dumps((grid, specs, Path(grid_dir), Path(ledger_root))))
+        # the child imports what this process imports, from the same places
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        proc = subprocess.run([sys.executable, "-m", "orchestrator.report.outputs", str(job), str(answer)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if proc.returncode != 0 or not answer.is_file():
+            last = (proc.stderr or "").strip().splitlines()
+            return Outputs(error=f"the process writing them died (exit code {proc.returncode}"
+                                 f"{': ' + last[-1] if last else ''})", **_counts(specs, ledger_root))
+        done, value = pickle.loads(answer.read_bytes())
+    if not done:
+        raise value
+    return value
+
+
+def _counts(specs: list[TrialSpec], ledger_root: Path) -> dict[str, int]:
+    """What the ledger holds for the trials, read one entry at a time (nothing kept): the parent run and the last
+    line of `submit` still say how far the grid got when its tables could not be written."""
+
+    counts = TrialLedger(ledger_root).counts(t.key for t in specs)
+    return {"ok": counts["ok"], "failed": counts["failed"], "present": counts["ok"] + counts["failed"]}
+
+
+def _child(job: str, answer: str) -> int:
+    """`python -m orchestrator.report.outputs JOB ANSWER`: run the pickled `write_outputs` call of JOB and pickle (True,
+    Outputs) or (False, the exception) into ANSWER."""
+    grid, specs, grid_dir, ledger_root = pickle.loads(Path(job).read_bytes())
+    try:
+        value = (True, write_outputs(grid, specs, grid_dir, ledger_root, apart=True))
+    except Exception as err:
+        value = (False, err)
+    Path(answer).write_bytes(pickle.dumps(value))
+    return 0
+
+
+if __name__ == "__main__":
+    from orchestrator.report.outputs import _child as child
+
+    sys.exit(child(*sys.argv[1:3]))

@@ -1,0 +1,213 @@
+"""The grid's report: `results/<grid>/report/` with a self-contained `index.html` (tables and plots inline, no
+network), `report.md`, `report_tables.parquet` (every table cell in long form, with its state) and `plots/*.png`.
+
+- Query shift, per (dataset, direction), in the paper's Table 1 layout: rows backbone x method (Source first),
+  columns the grid's query perturbations grouped by their level (registry metadata: low / mid / high for video,
+  character / word / sentence for text) and their average, each cell the mean over the grid's severities; the
+  per-severity tables (the paper's Tables 32-35) below; the best value of each column in bold.
+- Hubness (Table 13): k-occurrence skewness, Robin Hood index and antihub occurrence, clean vs shifted.
+- The other scenarios' tables (query-gallery shift, mixed shift) as their scenarios lay them out (orchestrator/
+  scenarios).
+- Plots (matplotlib, Agg): R@1 against severity per type per method (Fig. 13), k-occurrence histograms clean vs
+  shifted vs adapted for one cell (Fig. 2, from the ledger's k-occurrence counts), similarity heatmaps before and
+  after adaptation (Fig. 9, from the fp16 score matrices trials save: runtime.save_scores), R@1 over the stream
+  (each trial's per-batch R@1) and the TTA cost per query per method (Table 8).
+
+A cell the grid asks for that never ran reads "missing"; a failed one reads "failed", linked to its error at the end
+of the page. Neither is ever a zero, and averages over incomplete groups are marked with `*`.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from orchestrator.config.tables import Table
+from orchestrator.record.ledger import PER_QUERY
+from orchestrator.report.formats import long_frame, table_html, table_markdown
+from orchestrator.report.plots import (
+    _list,
+    focus_cell,
+    plot_cost,
+    plot_k_occurrence,
+    plot_severity,
+    plot_similarity,
+    plot_stream,
+)
+from orchestrator.report.tables import cost_table, hubness_tables, planned_rows, qs_tables, scenario_tables
+from workloads.spec import TrialSpec
+
+REPORT_DIR = "report"
+
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1250px;color:#222;padding:0 1em}
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ccc}h3{font-size:1em}
+table.results{border-collapse:collapse;font-size:12px;margin:.4em 0 1.2em}
+table.results td,table.results th{border:1px solid #ccc;padding:2px 6px;text-align:right}
+table.results td:nth-child(-n+2){text-align:left}
+th.group{background:#eef}th{background:#f6f6f6}
+td.missing{color:#999;font-style:italic}td.failed{background:#fdd}td.partial{color:#555}
+img{max-width:100%;border:1px solid #eee;margin:.3em 0}
+.summary span{margin-right:1.2em}pre{background:#f7f7f7;padding:.5em;font-size:11px;overflow-x:auto}
+"""
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+
+
+def clear_plots(grid_dir: Path) -> Path:
+    """The report's plots folder, emptied: plots of cells no longer in the grid must not linger."""
+    plots_dir = grid_dir / REPORT_DIR / "plots"
+    if plots_dir.exists():
+        shutil.rmtree(plots_dir)
+    plots_dir.mkdir(parents=True)
+    return plots_dir
+
+
+def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], grid_dir: Path,
+                 ledger=None, *, severity: Callable[[], list[Path]] | None = None,
+                 df: pd.DataFrame | None = None) -> list[Path]:
+    """Write results/<grid>/report/ (index.html, report.md, report_tables.parquet, plots/*.png); returns the
+    files. Also keeps where the grid file is (`grid_source.txt`) and a copy (`grid.yaml`) beside the results,
+    so `report NAME` finds the grid by its name. Entries read without their per-query lists
+    (`TrialLedger.entries(lists=False)`) get them back from `ledger` for the plotted cell only. `severity`: the
+    severity figures' files, drawn elsewhere into the cleared plots folder (`severity_apart`), and `df` the
+    `planned_rows` they were drawn from."""
+    out = grid_dir / REPORT_DIR
+    plots_dir = out / "plots"
+    if severity is None:
+        clear_plots(grid_dir)
+    _remember_grid(grid, grid_dir)
+    df = planned_rows(specs, entries) if df is None else df
+    counts = df["status"].value_counts().to_dict() if len(df) else {}
+
+    sections: list[tuple[str, list[Table]]] = []
+    qs = qs_tables(grid, df, "R1")
+    if qs:
+        sections.append(("Query shift: R@1 (Table 1 layout; per-severity tables: Tables 32-35)", qs))
+        sections.append(("Query shift: k-occurrence skewness", qs_tables(grid, df, "hub_skewness")))
+    hub = hubness_tables(grid, df)
+    if hub:
+        sections.append(("Hubness (Table 13)", hub))
+    other = scenario_tables(grid, df)
+    if other:
+        sections.append(("Query-gallery and mixed shift", other))
+    cost = cost_table(grid, df)
+    if cost:
+        sections.append(("TTA cost (Table 8)", [cost]))
+
+    plots: list[tuple[str, Path]] = []
+    for p in (plot_severity(grid, df, plots_dir) if severity is None else severity()):
+        plots.append(("R@1 against severity (Fig. 13)", p))
+    cell = focus_cell(grid, df)
+    if cell is not None and ledger is not None:
+        for role in ("clean", "shifted", "adapted"):
+            row = cell[role]
+            if not _list(row.get("k_occurrence")) and (full := ledger.get(row["key"])) is not None:
+                row.update({name: full.get(name) or [] for name in PER_QUERY})
+    notes = []
+    if cell is not None:
+        for title, fn in (("k-occurrence: clean vs shifted vs adapted (Fig. 2)", plot_k_occurrence),
+                          ("Similarity before and after adaptation (Fig. 9)", plot_similarity),
+                          ("R@1 over the stream", plot_stream)):
+            p = fn(cell, plots_dir)
+            if p is not None:
+                plots.append((title, p))
+            else:
+                notes.append(f"{title}: not drawn (the trials of {cell['where']} lack the data: scores are saved "
+                             "with runtime.save_scores: true, per-batch R@1 by trials of this version)")
+    p = plot_cost(cost, plots_dir)
+    if p is not None:
+        plots.append(("TTA cost per query (Table 8)", p))
+
+    all_tables = [t for _, ts in sections for t in ts]
+    files = []
+    pq.write_table(pa.Table.from_pandas(long_frame(all_tables), preserve_index=False), out / "report_tables.parquet")
+    files.append(out / "report_tables.parquet")
+    cells_path = out / "cells.parquet"
+    keep = [c for c in df.columns if c not in ("k_occurrence", "batch_R1", "traceback")]
+    pq.write_table(pa.Table.from_pandas(df[keep].astype({"severity": "int64"}) if len(df) else df,
+                                        preserve_index=False), cells_path)
+    files.append(cells_path)
+
+    failed = df[df["status"] == "failed"] if len(df) else df
+    summary = (f"{len(df)} cells: {counts.get('ok', 0)} done, {counts.get('failed', 0)} failed, "
+               f"{counts.get('missing', 0)} never run")
+    # Markdown
+    md = [f"# {grid.name}: report\n", summary + "\n",
+          "Cells: a number is the mean over the severities asked for (`*`: over fewer, some did not run); "
+          "`missing`: never run; `failed`: see Errors. Best per column in bold.\n"]
+    for head, tables in sections:
+        md.append(f"## {head}\n")
+        for t in tables:
+            md.append(f"### {t.title}\n\n{table_markdown(t)}\n")
+    md.append("## Plots\n")
+    for title, p in plots:
+        md.append(f"### {title}\n\n![{p.stem}](plots/{p.name})\n")
+    md.extend(f"- {n}" for n in notes)
+    if len(failed):
+        md.append("\n## Errors\n")
+        for _, f in failed.iterrows():
+            md.append(f"- <a id=\"err-{f['key']}\"></a>`{f['key'][:12]}` {_cell_name(f)}: {f.get('error')}")
+    (out / "report.md").write_text("\n".join(md) + "\n")
+    files.append(out / "report.md")
+
+    # HTML: one file, images inline
+    esc = html.escape
+    body = [f"<h1>{esc(grid.name)}: results</h1>",
+            f'<p class="summary" id="summary">{esc(summary)}</p>',
+            "<p>A number is the mean over the severities asked for (<code>*</code>: over fewer, some did not run); "
+            "<i>missing</i>: never run; <i>failed</i>: links to its error. Best value per column in bold. "
+            "Files beside this page: report.md, report_tables.parquet (every cell with its state), plots/.</p>"]
+    toc = ["<ul>"] + [f'<li><a href="#sec-{i}">{esc(h)}</a></li>' for i, (h, _) in enumerate(sections)] + \
+        ['<li><a href="#plots">Plots</a></li>'] + (['<li><a href="#errors">Errors</a></li>'] if len(failed) else []) \
+        + ["</ul>"]
+    body.extend(toc)
+    for i, (head, tables) in enumerate(sections):
+        body.append(f'<h2 id="sec-{i}">{esc(head)}</h2>')
+        for t in tables:
+            body.append(f"<h3>{esc(t.title)}</h3>")
+            body.append(table_html(t))
+    body.append('<h2 id="plots">Plots</h2>')
+    for title, p in plots:
+        body.append(f"<h3>{esc(title)}</h3>{_img(p)}")
+    body.extend(f"<p><i>{esc(n)}</i></p>" for n in notes)
+    if len(failed):
+        body.append('<h2 id="errors">Errors</h2>')
+        for _, f in failed.iterrows():
+            tb = f.get("traceback") or ""
+            body.append(f'<div class="error" id="err-{esc(f["key"])}"><h3>{esc(_cell_name(f))} '
+                        f'<code>{esc(f["key"][:12])}</code></h3><p>{esc(str(f.get("error")))}</p>'
+                        + (f"<pre>{esc(str(tb)[-3000:])}</pre>" if tb else "") + "</div>")
+    page = ("<!doctype html><html><head><meta charset=\"utf-8\"><title>" + esc(grid.name) + " report</title><style>"
+            + CSS + "</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+    (out / "index.html").write_text(page)
+    files.append(out / "index.html")
+    files.extend(p for _, p in plots)
+    return files
+
+
+def _cell_name(row) -> str:
+    return f"{row['dataset']}/{row['direction']}/{row['backbone']}/{row['row']}/{row['perturbation']}-{row['severity']}"
+
+
+def _remember_grid(grid, grid_dir: Path) -> None:
+    source = Path(grid.source) if grid.source else None
+    if source is None or not source.is_file():
+        return
+    grid_dir.mkdir(parents=True, exist_ok=True)
+    (grid_dir / "grid_source.txt").write_text(str(source.resolve()) + "\n")
+    copy = grid_dir / "grid.yaml"
+    if source.resolve() != copy.resolve():
+        copy.write_text(source.read_text())
+
+

@@ -1,0 +1,70 @@
+"""The end of a submission: the grid's tables and report from the ledger (orchestrator/report), the MLflow store
+brought up to date and the parent run closed with them, and the last lines on the console."""
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+
+from orchestrator.config.schema import GridSpec
+from orchestrator.planning.plan import Plan
+from orchestrator.record.ledger import TrialLedger
+from orchestrator.record.mlflow_store import Tracker, error_name
+from orchestrator.record.sync import start_parent, sync_store
+from orchestrator.report.outputs import write_grid_outputs
+from orchestrator.run.options import SubmitReport
+
+
+def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport, console: Console, t_start: float,
+           summary, counts: dict[str, int], status: str, submission: str, tracker=None) -> SubmitReport:
+    """Tables from the ledger, and the MLflow parent closed with them. Without a run (nothing to do) a parent run is
+    made only when the store lacks some of the grid's trials."""
+    paths = plan.paths
+    if tracker is not None:
+        tracker.flush()   # trial runs still queued on its thread (LiveRecorder): their run ids reach the ledger first
+    # tables and report, in a child process for a large grid: the driver does not grow by their frames and plots
+    # (orchestrator/report/outputs.py)
+    outputs = write_grid_outputs(grid, plan.trials, paths.grid_dir(grid.name), paths.ledger)
+    if outputs.error:
+        console.print(f"[red]tables and report not written ({outputs.error}); the ledger has every result: "
+                      f"python -m orchestrator report {grid.source}[/]")
+    elif outputs.report_error:
+        console.print(f"[yellow]report not written ({outputs.report_error}); python -m orchestrator report "
+                      f"{grid.source}[/]")
+    report.tables, report.outputs = outputs.files, outputs
+    n_ok = outputs.ok
+    try:
+        if summary is None:  # nothing ran: sync only, with a parent run only when something is logged
+            tracker = Tracker(report.tracking_uri, paths.results)
+            tracker.close_stale_parents(grid.name)
+
+            def parent_on_demand() -> str:
+                if report.parent_run_id is None:
+                    report.parent_run_id = start_parent(tracker, plan, submission, report.to_run, report.done_before)
+                return report.parent_run_id
+
+            sync_store(tracker, plan, ledger, parent_on_demand, console)
+        if tracker is not None and report.parent_run_id:
+            tracker.finish_parent(report.parent_run_id, {
+                "trials_ok": n_ok, "trials_failed": outputs.failed,
+                "trials_missing": len(plan.trials) - outputs.present,
+                "ran_now_ok": counts["ok"], "ran_now_failed": counts["failed"],
+                "render_failed": summary.failed if summary is not None else 0},
+                report.tables, status if counts["failed"] == 0 or status == "KILLED" else "FAILED")
+    except Exception as err:  # the ledger and tables are safe; the next submit or `sync` updates the store
+        console.print(f"[yellow]MLflow store {report.tracking_uri} not updated ({error_name(err)}: "
+                      f"{_first_line(err)}); results are in the ledger: "
+                      f"python -m orchestrator sync {grid.source} brings the store up to date[/]")
+    report.seconds = time.time() - t_start
+    console.print(f"done in {report.seconds:.0f}s: {counts['ok']} trials ok, {counts['failed']} failed now; "
+                  f"{n_ok}/{len(plan.trials)} cells of the grid done")
+    for f in report.tables:
+        console.print(f"  {f}")
+    return report
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(getattr(err, "message", err))   # a TrackingError's message, without its type name
+    return text.splitlines()[0] if text else ""
+
+

@@ -1,0 +1,77 @@
+"""Fine-tuning stage: the checkpoints a grid does not supply, fine-tuned (or, for the zero-shot model, pretrained)
+as Ray tasks, all launched at once so a cluster's GPU nodes work in parallel (an X-Pool that starts from a clip4clip
+waits for that one's task). Each is cached by the content key of its config and data (workloads/backbones)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from orchestrator.planning.environment import checkpoint_paths, models_to_make
+from orchestrator.planning.plan import Plan
+from orchestrator.planning.resources import Cluster, producer_share
+
+
+def launch_models(plan: Plan, console: Console, cpus: int | None = None) -> dict[str, Any]:
+    """Fine-tune (or pretrain) the checkpoints the grid does not supply, all at once, as Ray tasks so a cluster's GPU
+    nodes do the work in parallel (an X-Pool that starts from a clip4clip waits for that one's task). Returns
+    checkpoint path -> ObjectRef of its task's record (only the checkpoints to make). `cpus`: per CPU fine-tune
+    (default: every CPU available now)."""
+    import ray
+
+    models = checkpoint_paths(plan)
+    refs: dict[str, Any] = {}
+    most_cpus, gpus = producer_share(plan.grid.runtime, Cluster.current())
+    # at most what one node holds beside one trial slot (producer_share): an X-Pool fine-tune starts when its
+    # clip4clip is done, possibly while Ray Tune holds a trial actor
+    cpus = 1 if gpus else max(1, min(cpus or int(ray.available_resources().get("CPU", 1)), most_cpus))
+    task = ray.remote(num_cpus=cpus, num_gpus=gpus)(_finetune_task)
+    for backbone, source in models_to_make(plan):  # plan order: clip4clip before the X-Pool starting from it
+        m, path = plan.models[(backbone, source)], plan.model_path(backbone, source)
+        if str(path) in refs:
+            continue
+        ds = m.train_dataset
+        dsp = plan.datasets[ds]
+        parent = models[f"{m.init_from[0]}|{m.init_from[1]}"]["path"] if m.init_from else None
+        init = parent if parent else None if m.clip_only else plan.grid.models.pretrained
+        what = f"pretraining the zero-shot CLIP on {ds} single frames" if m.clip_only \
+            else f"fine-tuning {backbone} on {ds}"
+        console.print(f"{what} ({m.finetune.steps} steps{', from ' + m.init_from[0] if m.init_from else ''}) ...")
+        after = refs.get(parent) if parent else None   # a dependency: Ray starts this task when that one is done
+        refs[str(path)] = task.remote(m.finetune, ds, dsp.root, dsp.options, dsp.version, str(plan.paths.models),
+                                      init, "cuda" if gpus else "cpu", after)
+    return refs
+
+
+def model_line(plan: Plan, path: str, record: dict[str, Any], seconds: float) -> str:
+    m = next(m for (b, s), m in plan.models.items() if str(plan.model_path(b, s)) == path)
+    mt = record["metrics"]
+    return (f"  {m.backbone}/{m.train_dataset}: clean R@1 v2t {mt['v2t_R1']:.1f} / t2v {mt['t2v_R1']:.1f} "
+            f"({seconds:.0f}s) -> {Path(path).name}")
+
+
+def prepare_models(plan: Plan, console: Console) -> dict[str, dict[str, Any]]:
+    """Fine-tune (or pretrain) the checkpoints the grid does not supply and wait for them (the `check` command);
+    returns "backbone|source" -> {"path", "clip_only"}."""
+    import ray
+
+    t0 = time.time()
+    refs = launch_models(plan, console)
+    for path, ref in refs.items():
+        console.print(model_line(plan, path, ray.get(ref), time.time() - t0))
+    return checkpoint_paths(plan)
+
+
+def _finetune_task(config, dataset: str, root, options, data_version: str, cache_dir: str, init_path, device: str,
+                   after=None):
+    from workloads.backbones.finetune import ensure_finetuned
+    from workloads.datasets import create_dataset
+
+    ds = create_dataset(dataset, root=root, **options)
+    _, record = ensure_finetuned(config, ds.train_split(), ds.test_split(), cache_dir, data_version,
+                                 init_path=init_path, log=lambda s: print(s, flush=True), device=device)
+    return record
+
+

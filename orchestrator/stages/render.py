@@ -1,0 +1,281 @@
+"""Render stage: perturbed query clips into the render cache with a Ray Data actor pool on CPUs.
+
+One input row per source video lists every (perturbation, severity) the plan needs from it, so each video is decoded
+once and shared work (the uniform sample, optical flow) is done once across severities. Only small rows (paths,
+keys, statuses) travel through the object store: actors decode, perturb, resize and write to the cache themselves.
+
+`render` fills the cache and returns when every clip is there (the `render` command, `check`'s clean clips).
+`RenderStream` is what `submit` uses to overlap rendering with trials (docs/architecture.md, "Overlap"): a *render
+set* is one (dataset, perturbation, severity), every test clip of a dataset at one cell, the unit a trial reads.
+Sets are ordered by the first trial (in plan order) that needs them and rendered in groups, one group per
+(dataset, perturbation) so a video is still decoded once for its severities (and the optical flows shared); a row is
+one video x one group. A background thread streams the Ray Data output, counts each set's clips and calls
+`on_ready("render:<dataset>/<perturbation>/<severity>")` the moment its last clip is written (or failed: a trial runs
+on the clips that exist, as before), so the trials of the first sets run while later sets are still rendering.
+Groups whose assets need a checkpoint (event insertion's distractors) are added with `add` once it exists.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import queue
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.planning.needs import set_need
+from orchestrator.planning.plan import Plan
+from orchestrator.planning.render_sets import RenderSet, plan_render_rows, plan_set_rows
+from workloads.render_cache import RenderCache, RenderKey
+
+
+@dataclass
+class RenderSummary:
+    rendered: int = 0
+    reused: int = 0
+    failed: int = 0
+    failures: list[dict[str, Any]] = field(default_factory=list)   # {dataset, video_id, video_path, key, error}
+    nonfaithful: Counter = field(default_factory=Counter)          # perturbation -> clips rendered with fallbacks
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        return (f"render cache: {self.rendered} rendered, {self.reused} reused, {self.failed} failed "
+                f"({self.seconds:.1f}s)")
+
+    def count(self, row: dict[str, Any], n: int = 1) -> None:
+        """One output row of a render actor (n clips of one set)."""
+        if row["status"] == "ok":
+            self.rendered += n
+            if not row["faithful"]:
+                self.nonfaithful[row["perturbation"]] += n
+        else:
+            self.failed += n
+            self.failures.append({k: row[k] for k in ("dataset", "video_id", "video_path", "perturbation",
+                                                      "severity", "error")})
+
+
+class RenderActor:
+    """Ray Data callable class: one per CPU actor; renders every request of each input row."""
+
+    def __init__(self, cache_root: str, seed: int, num_frames: int, resolution: int,
+                 assets: dict[str, dict[str, Any]] | None = None):
+        import cv2
+        import torch
+
+        cv2.setNumThreads(1)
+        torch.set_num_threads(1)
+        self.cache = RenderCache(cache_root)
+        self.seed, self.num_frames, self.resolution = seed, num_frames, resolution
+        self.assets = assets or {}
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
+        from workloads.render_cache import render_video
+
+        out: dict[str, list] = {k: [] for k in ("dataset", "video_id", "video_path", "perturbation", "severity",
+                                                "status", "error", "faithful", "fallback", "seconds")}
+        for i in range(len(batch["video_id"])):
+            ds, vid, path = str(batch["dataset"][i]), str(batch["video_id"][i]), str(batch["video_path"][i])
+            reqs = json.loads(batch["requests"][i])
+            keys = [RenderKey(ds, str(batch["data_version"][i]), vid, p, int(s), self.seed, self.num_frames,
+                              self.resolution, a) for p, s, a in reqs]
+            assets = {**self.assets.get(ds, {}), **json.loads(batch["extra_assets"][i]), "video_id": vid,
+                      "video_path": path}
+            for key, st in zip(keys, render_video(path, keys, self.cache, assets)):
+                out["dataset"].append(ds)
+                out["video_id"].append(vid)
+                out["video_path"].append(path)
+                out["perturbation"].append(key.perturbation)
+                out["severity"].append(key.severity)
+                out["status"].append(st["status"])
+                out["error"].append(st["error"] or "")
+                out["faithful"].append(bool(st["faithful"]))
+                out["fallback"].append(st.get("fallback") or "")
+                out["seconds"].append(float(st["seconds"]))
+        return out
+
+
+@contextlib.contextmanager
+def quiet_ray_data():
+    """Ray Data's per-run INFO/WARNING lines ("Progress bars disabled", "execution finished") off while our own
+    progress bar reports the stage; errors still show."""
+    logger = logging.getLogger("ray.data")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
+           video_assets: dict[str, dict[str, dict]] | None = None, actors: int | None = None,
+           console=None) -> RenderSummary:
+    """Render everything the plan needs that is not cached yet. `assets`: per dataset; `video_assets`: per dataset
+    and video (e.g. the chosen event-insertion distractor). Needs `ray.init` to have run."""
+    import ray
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    t0 = time.time()
+    cache = RenderCache(plan.paths.render)
+    rows, reused = plan_render_rows(plan, cache, video_assets)
+    summary = RenderSummary(reused=reused)
+    total = sum(len(json.loads(r["requests"])) for r in rows)
+    if not rows:
+        summary.seconds = time.time() - t0
+        return summary
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False  # ours below counts clips, not blocks
+    ctx.print_on_execution_start = False
+    cpus = int(ray.available_resources().get("CPU", 1))
+    size = max(1, min(actors or cpus, len(rows)))
+    ds = ray.data.from_items(rows, override_num_blocks=min(len(rows), size * 8))
+    ds = ds.map_batches(
+        RenderActor, batch_size=1, compute=ray.data.ActorPoolStrategy(size=size), num_cpus=1,
+        fn_constructor_kwargs={"cache_root": str(plan.paths.render), "seed": plan.grid.seed,
+                               "num_frames": plan.grid.runtime.num_frames, "resolution": plan.resolution,
+                               "assets": assets or {}})
+    columns = (TextColumn("rendering"), BarColumn(), MofNCompleteColumn(), TextColumn("clips"),
+               TextColumn("{task.fields[rate]} clips/s"), TextColumn("{task.fields[failed]} failed"),
+               TimeElapsedColumn())
+    with quiet_ray_data(), Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("render", total=total, rate="-", failed=0)
+        for row in ds.iter_rows():
+            if row["status"] == "ok":
+                summary.rendered += 1
+                if not row["faithful"]:
+                    summary.nonfaithful[row["perturbation"]] += 1
+            else:
+                summary.failed += 1
+                summary.failures.append({k: row[k] for k in ("dataset", "video_id", "video_path", "perturbation",
+                                                              "severity", "error")})
+            done = summary.rendered + summary.failed
+            bar.update(task, completed=done, failed=summary.failed,
+                       rate=f"{done / max(time.time() - t0, 1e-9):.1f}")
+    summary.seconds = time.time() - t0
+    return summary
+
+
+def actor_pool_size(actors: int | None, rows: int) -> int:
+    import ray
+
+    cpus = int(ray.available_resources().get("CPU", 1))
+    return max(1, min(actors or cpus, rows))
+
+
+class RenderStream:
+    """Render sets in the background, announcing each as it completes (module docstring).
+
+    `add(sets, video_assets)` queues a batch of sets (in order); one thread runs the batches one after another,
+    each through a Ray Data actor pool of `actors` CPU actors (`actor_cls`, by default RenderActor: the sim in
+    benchmarks/cluster_sim.py passes its own, which sleeps its cost). `on_ready(need)` is called from that thread for
+    every set: at once for sets already cached, else when its last clip comes out. `close()` says no batch follows;
+    `join()` waits for the rest and returns the summary (re-raising an error of the thread)."""
+
+    def __init__(self, plan: Plan, on_ready, *, assets: dict[str, dict[str, Any]] | None = None,
+                 actors: int | None = None, progress=None, actor_cls=None, actor_kwargs: dict | None = None,
+                 plan_rows=None, cpus_per_actor: float = 1):
+        self.plan, self.on_ready = plan, on_ready
+        self.assets, self.actors = assets or {}, actors
+        self.progress, self.task = progress, None
+        self.actor_cls = actor_cls or RenderActor
+        self.actor_kwargs, self.cpus_per_actor = actor_kwargs, cpus_per_actor
+        self.plan_rows = plan_rows or (lambda sets, va: plan_set_rows(self.plan, RenderCache(self.plan.paths.render),
+                                                                        sets, va))
+        self.summary = RenderSummary()
+        self.ready_at: dict[RenderSet, float] = {}
+        self.first_output_at: float | None = None     # the first clip out of the actor pool (its start-up before)
+        self.error: BaseException | None = None
+        self._queue: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._t0 = time.time()
+        self._total = 0
+        self._thread = threading.Thread(target=self._loop, name="render-stream", daemon=True)
+        if progress is not None:
+            self.task = progress.add_task("rendering", total=0, unit="clips", failed=0, note="")
+        self._thread.start()
+
+    def add(self, sets: list[RenderSet], video_assets: dict[str, dict[str, dict]] | None = None) -> None:
+        self._queue.put((list(sets), video_assets))
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._queue.put(None)
+
+    def join(self, timeout: float | None = None) -> RenderSummary:
+        self._thread.join(timeout)
+        self.summary.seconds = time.time() - self._t0
+        if self.error is not None:
+            raise self.error
+        return self.summary
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _announce(self, rs: RenderSet) -> None:
+        self.ready_at[rs] = time.time()
+        self.on_ready(set_need(*rs))
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                item = self._queue.get()
+                if item is None:
+                    return
+                self._batch(*item)
+        except BaseException as err:  # noqa: BLE001 - handed to join(); the driver decides
+            if not self._stop.is_set():
+                self.error = err
+        finally:
+            self.summary.seconds = time.time() - self._t0
+
+    def _batch(self, sets: list[RenderSet], video_assets) -> None:
+        rows, remaining, reused = self.plan_rows(sets, video_assets)
+        self.summary.reused += reused
+        total = sum(remaining.values())
+        if self.progress is not None:
+            self._total += total
+            self.progress.update(self.task, total=self._total)
+        for rs in sets:
+            if remaining[rs] == 0:
+                self._announce(rs)
+        if not rows:
+            return
+        import ray
+
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.print_on_execution_start = False
+        size = actor_pool_size(self.actors, len(rows))
+        # many small blocks, in order: the first sets' rows are dispatched (and finish) first
+        blocks = min(len(rows), max(size * 8, min(len(rows) // 2, 10000)))
+        ds = ray.data.from_items(rows, override_num_blocks=blocks)
+        kwargs = self.actor_kwargs if self.actor_kwargs is not None else {
+            "cache_root": str(self.plan.paths.render), "seed": self.plan.grid.seed,
+            "num_frames": self.plan.grid.runtime.num_frames, "resolution": self.plan.resolution,
+            "assets": self.assets}
+        ds = ds.map_batches(self.actor_cls, batch_size=1, compute=ray.data.ActorPoolStrategy(size=size),
+                            num_cpus=self.cpus_per_actor, fn_constructor_kwargs=kwargs)
+        with quiet_ray_data():
+            for row in ds.iter_rows():
+                if self._stop.is_set():
+                    return
+                n = int(row.get("clips", 1))
+                if self.first_output_at is None:
+                    self.first_output_at = time.time()
+                self.summary.count(row, n)
+                rs = (row["dataset"], row["perturbation"], int(row["severity"]))
+                remaining[rs] -= n
+                if remaining[rs] == 0:
+                    self._announce(rs)
+                if self.progress is not None:
+                    done = self.summary.rendered + self.summary.failed
+                    self.progress.update(self.task, completed=done, failed=self.summary.failed,
+                                         note=f"{done / max(time.time() - self._t0, 1e-9):.1f} clips/s")
+
+
