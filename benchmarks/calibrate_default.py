@@ -1,6 +1,6 @@
 """Calibration of the embedded default against the paper's Table 1 (issue #12), without the Ray grid.
 
-    python benchmarks/calibrate_default.py [--grid grids/all_perturbations.yaml] [--dataset synthetic_v2]
+    python benchmarks/calibrate_default.py [--grid orchestrator/grids/all_perturbations.yaml] [--dataset synthetic_v2]
         [--option size=160 ...] [--queries N] [--types gaussian_noise,...] [--severities 1,2,3,4,5] [--steps N]
 
 Builds the grid's plan (orchestrator/planning/plan.py: the same dataset, fine-tuning config, render keys and cache paths as
@@ -77,7 +77,7 @@ def _grid(path: str, dataset: str, options: dict, types, severities, tmp: Path) 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--grid", default="grids/all_perturbations.yaml")
+    ap.add_argument("--grid", default="orchestrator/grids/all_perturbations.yaml")
     ap.add_argument("--dataset", default="synthetic_v2",
                     help="the dataset to calibrate, in place of the grid's (default: generator version 2)")
     ap.add_argument("--option", action="append", default=[], help="dataset option key=value (repeatable)")
@@ -165,7 +165,7 @@ def main(argv=None) -> int:
             video_assets.setdefault(vid, {}).update(extra)
     times["assets"] = time.time() - t0
 
-    # render exactly as the render stage's actors (orchestrator/stages/render.py RenderActor -> render_video)
+    # render exactly as the render stage does (orchestrator/stages/render.py render_rows -> render_video)
     render_root = plan.paths.render if not args.reuse_checkpoint else tmp / "render"
     rcache = RenderCache(render_root)
     pairs = list(test.pairs)

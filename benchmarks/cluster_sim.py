@@ -1,7 +1,7 @@
 """The full MLVP matrix on a simulated cluster: makespan of the overlapped hand-off against the lower bound and
 against the staged design (render everything, then run the trials), in one run.
 
-What is real: the plan of grids/full_mlvp.yaml (its trial list and its render sets, built from stand-in annotation
+What is real: the plan of orchestrator/grids/full_mlvp.yaml (its trial list and its render sets, built from stand-in annotation
 files at the real test-split sizes, written to a temporary folder), the render-set order (`ordered_sets`), the
 render stream (orchestrator/stages/render.py `RenderStream`: Ray Data, an actor pool, each set announced as its last clip
 comes out), the `ReadyGate` (orchestrator/run/tune.py) that releases trials in plan order as their sets become ready, and
@@ -101,9 +101,11 @@ def full_plan(tmp: Path, datasets: list[str] | None):
 
     write_annotations(tmp / "data", TEST_SIZES)
     weights = tmp / "clip_vit_b32.bin"
-    weights.write_bytes(b"stand-in: planning digests the file, it never loads it")
+    import torch
+
+    torch.save({}, weights)   # a stand-in in the weights format: planning digests it, no trial loads it
     os.environ["MLVP_DATA"], os.environ["MLVP_WEIGHTS"] = str(tmp / "data"), str(weights)
-    text = (REPO / "grids" / "full_mlvp.yaml").read_text()
+    text = (REPO / "orchestrator" / "grids" / "full_mlvp.yaml").read_text()
     grid_file = tmp / "full_mlvp.yaml"
     grid_file.write_text(text)
     grid = load_grid(grid_file)
@@ -132,26 +134,22 @@ class CostModel:
         return math.ceil(n / self.batch) * self.sec_per_batch
 
 
-class SleepRenderActor:
-    """Stands in for orchestrator.stages.render.RenderActor: a row is a chunk of `clips` videos x the severities of one
-    (dataset, perturbation) group; it sleeps their cost and reports one output row per set (the real actor: per clip,
-    the stream counts `clips` of them)."""
-
-    def __init__(self, scale: float):
-        self.scale = scale   # real seconds -> sleep seconds, divided by the CPUs the actor stands for
-
-    def __call__(self, batch):
-        out = {k: [] for k in ("dataset", "video_id", "video_path", "perturbation", "severity", "status", "error",
-                               "faithful", "fallback", "seconds", "clips")}
-        for i in range(len(batch["dataset"])):
-            severities = json.loads(batch["severities"][i])
-            time.sleep(float(batch["cost"][i]) * self.scale)
-            for sev in severities:
-                for k, v in (("dataset", batch["dataset"][i]), ("perturbation", batch["perturbation"][i]),
-                             ("severity", sev), ("clips", batch["clips"][i]), ("video_id", ""), ("video_path", ""),
-                             ("status", "ok"), ("error", ""), ("faithful", True), ("fallback", ""), ("seconds", 0.0)):
-                    out[k].append(v)
-        return out
+def sleep_rows(batch, scale: float):
+    """Stands in for orchestrator.stages.render.render_rows: a row is a chunk of `clips` videos x the severities of
+    one (dataset, perturbation) group; it sleeps their cost (`scale`: real seconds -> sleep seconds, divided by the
+    CPUs the task stands for) and reports one output row per set (the real task: per clip, the stream counts `clips`
+    of them)."""
+    out = {k: [] for k in ("dataset", "video_id", "video_path", "perturbation", "severity", "status", "error",
+                           "faithful", "fallback", "seconds", "clips")}
+    for i in range(len(batch["dataset"])):
+        severities = json.loads(batch["severities"][i])
+        time.sleep(float(batch["cost"][i]) * scale)
+        for sev in severities:
+            for k, v in (("dataset", batch["dataset"][i]), ("perturbation", batch["perturbation"][i]),
+                         ("severity", sev), ("clips", batch["clips"][i]), ("video_id", ""), ("video_path", ""),
+                         ("status", "ok"), ("error", ""), ("faithful", True), ("fallback", ""), ("seconds", 0.0)):
+                out[k].append(v)
+    return out
 
 
 def sim_rows(cost: CostModel, videos_per_row: int):
@@ -213,7 +211,7 @@ def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap:
         ray.get([w.run.remote(0) for w in workers])   # started before the clock (Tune reuses its trial actors)
     t0 = time.time()
     stream = RenderStream(plan, gate.ready if overlap else (lambda need: None), actors=render_actors // cpus_per_actor,
-                          actor_cls=SleepRenderActor, actor_kwargs={"scale": scale / cpus_per_actor},
+                          render_fn=sleep_rows, render_kwargs={"scale": scale / cpus_per_actor},
                           plan_rows=sim_rows(cost, videos_per_row), cpus_per_actor=cpus_per_actor)
     stream.add(sets)
     stream.close()

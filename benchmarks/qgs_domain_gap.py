@@ -3,7 +3,7 @@ target's clean test videos with the target's own captions, and with the same vid
 phrasing (same attributes, other words). If rephrasing closes the gap, the caption vocabulary is the cause; if not,
 the visual domain gap is. Clean retrieval as the fine-tune's evaluation (workloads/backbones/finetune.py `evaluate`).
 
-    python benchmarks/qgs_domain_gap.py --results-dir results     # after grids/qgs_quickstart.yaml ran there
+    python benchmarks/qgs_domain_gap.py --results-dir results     # after orchestrator/grids/qgs_quickstart.yaml ran there
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
         found = sorted((cache / "models").glob(f"clip4clip-{args.clip_model}-{dataset}-*.pt"))
         if not found:
             raise SystemExit(f"no clip4clip checkpoint for {dataset} under {cache / 'models'}: run "
-                             "grids/qgs_quickstart.yaml with this results directory first")
+                             "orchestrator/grids/qgs_quickstart.yaml with this results directory first")
         return str(found[-1])
 
     print(f"python benchmarks/qgs_domain_gap.py --results-dir {args.results_dir}")

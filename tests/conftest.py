@@ -124,6 +124,13 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+def stand_in_weights(path: Path) -> Path:
+    """A small file in the weights format (torch.save's zip) that planning digests and no trial loads: what a grid's
+    `models.pretrained` names before the real weights are there."""
+    torch.save({"stand-in": torch.zeros(1)}, path)
+    return path
+
+
 def stand_in_data(root: Path) -> None:
     """The annotation files each loader reads, in the authors' layouts, with N_TEST test pairs."""
     n = N_TEST
@@ -175,7 +182,7 @@ def mlvp_env(tmp_path, monkeypatch):
     stand_in_data(tmp_path / "data")
     stand_in_videos(tmp_path / "data")
     weights = tmp_path / "clip_vit_b32.bin"
-    weights.write_bytes(b"stand-in: planning digests the file, it never loads it")
+    stand_in_weights(weights)
     monkeypatch.setenv("MLVP_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("MLVP_WEIGHTS", str(weights))
     return tmp_path

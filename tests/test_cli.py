@@ -68,9 +68,9 @@ def test_failed_trial_shows_in_status_and_resume_reruns_it(tmp_path, shared_cach
     assert TrialLedger(paths.ledger).status(trial.key) == "failed"
 
     out = cli("status", str(grid_file), *common)
-    assert out.returncode == 0
+    assert out.returncode == 1   # a failed cell: status says so in its exit code too
     assert "1 done, 1 failed, 0 never run" in out.stdout and "render cache entry corrupt" in out.stdout
-    assert "python -m orchestrator resume" in out.stdout
+    assert "mlvp resume" in out.stdout
 
     out = cli("resume", str(grid_file), *common, "--num-cpus", "2", "--no-dashboard")
     assert out.returncode == 0, out.stdout[-3000:]

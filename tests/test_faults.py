@@ -134,13 +134,38 @@ def test_sigint_exits_130_marks_parent_killed_and_points_to_resume(tmp_path, pre
         reap(proc)
     out = log.read_text()
     assert rc == 130, out[-3000:]
-    assert "python -m orchestrator resume" in out and "Tuner.restore" not in out
+    assert "mlvp resume" in out and "Tuner.restore" not in out
     run = MlflowClient(default_tracking_uri(results)).get_run(parent_id(log))
     assert run.info.status == "KILLED"
     ledger = TrialLedger(results / "ledger")
     plan = plan_of(g, results, prepared)
     counts = ledger.counts(t.key for t in plan.trials)
     assert 0 < counts["ok"] < len(plan.trials) and counts["failed"] == 0   # nothing recorded as failed by Ctrl-C
+
+
+def test_sigterm_is_handled_as_ctrl_c(tmp_path, prepared):
+    """SIGTERM (what `timeout`, Slurm and Kubernetes send, to the driver alone) stops a submission as Ctrl-C does:
+    finished trials in the ledger, the parent run KILLED, a non-zero exit, one line naming resume, and no stack
+    dump of Ray's core on the console (Ray's own SIGTERM handler prints one)."""
+    g = grid(tmp_path, "sigterm", methods="[source, tent, sar, eata]")
+    results, log = tmp_path / "results", tmp_path / "submit.log"
+    proc = start_cli(log, "submit", str(g), *common(results, prepared), "--num-cpus", "2", "--no-dashboard")
+    try:
+        wait_for(lambda: parent_id(log), 240, "the MLflow parent run", proc, log)
+        n0 = len(ledger_files(results))
+        wait_for(lambda: len(ledger_files(results)) > n0, 240, "a first trial", proc, log)
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=120)
+    finally:
+        reap(proc)
+    out = log.read_text()
+    assert rc == 143, out[-3000:]
+    assert out.count("mlvp resume") == 1 and "stopped by SIGTERM" in out
+    for dump in ("logging.cc", "CoreWorker", "Traceback", "*** SIGTERM"):
+        assert dump not in out, (dump, out[-3000:])
+    assert MlflowClient(default_tracking_uri(results)).get_run(parent_id(log)).info.status == "KILLED"
+    counts = TrialLedger(results / "ledger").counts(t.key for t in plan_of(g, results, prepared).trials)
+    assert counts["ok"] > 0 and counts["failed"] == 0
 
 
 # -- kill -9 of the driver, then resume ------------------------------------------------------------------------------
@@ -223,7 +248,7 @@ def test_injected_faults_are_retried_and_persistent_ones_listed_by_status(tmp_pa
     for key in failed:
         line = next(ln for ln in status.stdout.splitlines() if key[:10] in ln)
         assert "injected fault (persistent" in line
-    assert "python -m orchestrator resume" in status.stdout
+    assert "mlvp resume" in status.stdout
 
 
 # -- the driver's crash callback ------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def error_of(data) -> str:
 
 
 def test_quickstart_grid_is_valid_and_plans_the_issue_matrix():
-    grid = load_grid(ROOT / "grids" / "quickstart.yaml")
+    grid = load_grid(ROOT / "orchestrator" / "grids" / "quickstart.yaml")
     assert grid.backbones == ["clip4clip", "xpool"] and grid.methods == ["source", "tent"]
     plan = build_plan(grid, Paths.make("/tmp/mlvp-grid-test"))
     # (clean + 2 perturbations x 3 severities) x 2 backbones x 2 methods
@@ -136,6 +136,15 @@ BAD_GRIDS = [
     ({"query_gallery_shift": {"zero_shot": {"datasets": ["synthetic"]}},
       "models__zero_shot_pretrain": {"dataset": "synthetic_z"}},
      "models.zero_shot_pretrain.dataset: 'synthetic_z' is not allowed"),
+    # names a user mistypes, and values no run can use
+    ({"models__clip_model": "ViT-Q-99"}, "models.clip_model: unknown open_clip config 'ViT-Q-99'"),
+    ({"runtime__num_frames": 100000000}, "runtime.num_frames: must be an integer >= 1 and <= 128, got 100000000"),
+    # a grid's name is a folder under the results: it cannot leave them or take one of theirs
+    ({"name": ".."}, "name: '..': a name of dots only would point outside the results folder"),
+    ({"name": "."}, "name: '.': a name of dots only"),
+    ({"name": "ledger"}, "name: 'ledger': 'ledger' is a folder the results folder keeps for itself"),
+    ({"name": "cache"}, "is a folder the results folder keeps for itself"),
+    ({"name": "a/b"}, "name: 'a/b': use letters, digits"),
 ]
 
 
@@ -169,6 +178,12 @@ def test_yaml_syntax_errors_and_duplicate_keys_name_line_and_column(tmp_path):
 def test_load_grid_file_errors(tmp_path):
     with pytest.raises(GridError, match="grid file not found"):
         load_grid(tmp_path / "none.yaml")
+    with pytest.raises(GridError, match="is a folder, not a grid file"):
+        load_grid(tmp_path)
+    binary = tmp_path / "grid.bin"
+    binary.write_bytes(bytes(range(128, 256)))
+    with pytest.raises(GridError, match=r"grid.bin: not a text file \(byte 0 is not UTF-8\): a grid is a YAML file"):
+        load_grid(binary)
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed\n")
     with pytest.raises(GridError, match="not valid YAML"):
@@ -180,7 +195,7 @@ def test_load_grid_file_errors(tmp_path):
 
 def test_every_shipped_grid_is_valid(mlvp_env):
     # grids on real data name it through the environment: mlvp_env points it at stand-in annotation files
-    paths = sorted((ROOT / "grids").glob("*.yaml"))
+    paths = sorted((ROOT / "orchestrator" / "grids").glob("*.yaml"))
     assert len(paths) >= 5
     for path in paths:
         load_grid(path)
@@ -220,3 +235,21 @@ def test_video_perturbations_shift_v2t_and_text_perturbations_t2v():
     plan = build_plan(parse_grid(grid_with(query_shift__directions=["v2t", "t2v"], query_shift__clean=False),
                                  "g.yaml"), Paths.make("/tmp/mlvp-grid-test"))
     assert {t.direction for t in plan.trials} == {"v2t"}
+
+
+def test_paths_that_are_the_wrong_kind_of_thing(tmp_path):
+    """A dataset root that is a file, and a checkpoint of random bytes, are refused when the grid loads with what
+    they are, not later as 'directory not found' or in every trial (a torch error after the checkpoint is read)."""
+    root = tmp_path / "MSRVTT"
+    root.write_text("a file")
+    noise = tmp_path / "ckpt.pt"
+    noise.write_bytes(bytes(range(7, 250)))
+    for changes, expected in (
+            ({"datasets": {"synthetic": {"root": str(root)}}},
+             f"datasets.synthetic.root: {root} is a file; give the folder that holds synthetic"),
+            ({"models": {"checkpoints": {"clip4clip": {"synthetic": str(noise)}}}},
+             f"models.checkpoints.clip4clip.synthetic: {noise}: not a weights file")):
+        g = copy.deepcopy(BASE)
+        g.update(changes)
+        msg = error_of(g)
+        assert expected in msg and "\n" not in msg, msg

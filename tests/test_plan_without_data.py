@@ -1,4 +1,4 @@
-"""`plan` and `submit --dry-run` size grids/full_mlvp.yaml before the data is on disk (issue #14 item 4): trials by
+"""`plan` and `submit --dry-run` size orchestrator/grids/full_mlvp.yaml before the data is on disk (issue #14 item 4): trials by
 scenario, render sets, checkpoints and gallery encodings, clip counts unknown and the missing paths listed with the
 variable or key to set; with annotations, the clip counts and a GPU-hours estimate from orchestrator/planning/cost_model.py.
 Nothing starts: no Ray, no ledger, no MLflow store. The expected counts come from the registries and conftest's
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FOLDERS, N_TEST, stand_in_data
+from conftest import FOLDERS, N_TEST, stand_in_data, stand_in_weights
 from orchestrator.planning.cost_model import CostModel, estimate
+from orchestrator.planning.work import all_work
 from orchestrator.config.errors import GridError
 from orchestrator.config.grid import load_grid
 from orchestrator.planning.paths import Paths
@@ -26,7 +27,7 @@ from workloads.perturbations.text import TEXT_PERTURBATIONS
 from workloads.perturbations.video import VIDEO_PERTURBATIONS
 
 REPO = Path(__file__).resolve().parents[1]
-FULL = REPO / "grids" / "full_mlvp.yaml"
+FULL = REPO / "orchestrator" / "grids" / "full_mlvp.yaml"
 DATASETS = list(FOLDERS)                 # the five real datasets (conftest's stand-in layouts)
 BACKBONES = ["clip4clip", "xpool"]
 
@@ -95,7 +96,7 @@ def test_full_grid_sized_without_data(no_data_env, tmp_path):
     lines = sizing_lines(plan)
     assert any(line.startswith("GPU-hours: unknown") for line in lines)
     assert sum(line.startswith("  missing ") for line in lines) == len(plan.missing)
-    assert estimate(plan).gpu_h == pytest.approx(
+    assert estimate(plan, all_work(plan)).gpu_h == pytest.approx(
         len(trained) * plan.grid.models.finetune.steps * CostModel().finetune_s_per_step / 3600)   # only known work
 
 
@@ -133,7 +134,7 @@ def test_sized_with_annotations_only_and_estimate(tmp_path, monkeypatch):
     data = tmp_path / "data"
     stand_in_data(data)
     weights = tmp_path / "w.bin"
-    weights.write_bytes(b"stand-in weights: digested, never loaded")
+    stand_in_weights(weights)
     monkeypatch.setenv("MLVP_DATA", str(data))
     monkeypatch.setenv("MLVP_WEIGHTS", str(weights))
     from orchestrator.planning.plan import missing_videos
@@ -147,15 +148,16 @@ def test_sized_with_annotations_only_and_estimate(tmp_path, monkeypatch):
     assert all(" test / " in m.fix for m in plan.missing)    # test and train videos: one line per dataset
 
     cost = CostModel(trial_s_per_batch=2.0, gallery_s_per_clip=0.5, finetune_s_per_step=0.25, render_s_per_clip=3.0)
-    est = estimate(plan, cost)
+    est = estimate(plan, all_work(plan), cost)
     rt = plan.grid.runtime
     assert rt.gpus_per_trial == 1 and {t.precision for t in plan.trials} == {"fp32"}   # one fp32 trial per GPU
     trial_h = sum(math.ceil(N_TEST[t.dataset] / rt.batch_size) * 2.0 for t in plan.trials) / 3600
     assert est.trial_gpu_h == pytest.approx(trial_h) and est.trial_gpu_h > 0
     # packed trials share the GPU's throughput (RESULTS.md section 6): four per GPU cost more GPU time, not a quarter
-    packed = estimate(plan, CostModel(trial_s_per_batch=2.0, trials_per_gpu=4, packed_throughput=0.8))
+    packed = estimate(plan, all_work(plan), CostModel(trial_s_per_batch=2.0, trials_per_gpu=4, packed_throughput=0.8))
     assert packed.trial_gpu_h == pytest.approx(trial_h / 0.8)
-    bf16 = estimate(replace(plan, trials=[replace(t, precision="bf16") for t in plan.trials]),
+    bf16_plan = replace(plan, trials=[replace(t, precision="bf16") for t in plan.trials])
+    bf16 = estimate(bf16_plan, all_work(bf16_plan),
                     CostModel(trial_s_per_batch=2.0, trial_s_per_batch_bf16=0.5))
     assert bf16.trial_gpu_h == pytest.approx(trial_h / 4)
     assert est.render_cpu_h == pytest.approx(plan.render_count() * 3.0 / 3600)

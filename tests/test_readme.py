@@ -18,7 +18,7 @@ def test_readme_has_exactly_two_setup_commands():
     cmds = readme_commands()
     assert len(cmds) == 2, cmds
     run, test = cmds
-    assert "python -m orchestrator submit grids/quickstart.yaml" in run
+    assert "python -m orchestrator submit orchestrator/grids/quickstart.yaml" in run
     assert "pytest" in test
 
 

@@ -167,3 +167,24 @@ def test_severity_figures_redrawn_in_one_figure_match_figures_drawn_alone(tmp_pa
     assert [p.name for p in both] == ["r1_severity_msrvtt_v2t_clip4clip.png", "r1_severity_msrvtt_v2t_xclip.png"]
     assert np.array_equal(mpimg.imread(both[1]), mpimg.imread(alone[0]))
     assert not np.array_equal(mpimg.imread(both[0]), mpimg.imread(both[1]))
+
+
+def test_report_on_a_copied_results_folder_writes_nothing_of_the_original(tiny_results, tmp_path):
+    """A results folder copied elsewhere (to share it, or to another machine) reports into itself: `report` on the
+    copy writes its tables and report there, and not one file of the original is written, compared by write times
+    (a report written again can be byte for byte the same). MLflow keeps absolute artifact locations, so the copy's
+    store still names the original's artifacts: nothing is logged there, and the console says why."""
+    import shutil
+    import subprocess
+    import sys
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_results.results, copy, symlinks=True)
+    before = {p: p.stat().st_mtime_ns for p in tiny_results.results.rglob("*") if p.is_file()}
+    out = subprocess.run([sys.executable, "-m", "orchestrator", "report", "tiny", "--results-dir", str(copy),
+                          "--cache-dir", str(tiny_results.cache)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    after = {p: p.stat().st_mtime_ns for p in tiny_results.results.rglob("*") if p.is_file()}
+    assert after == before, sorted(str(p) for p in after if before.get(p) != after[p])
+    assert (copy / "tiny" / "report" / "index.html").stat().st_mtime_ns > max(before.values())
+    assert "report not logged to MLflow" in out.stdout and "copied or moved" in out.stdout

@@ -182,28 +182,6 @@ def test_an_idle_wave_gives_its_actors_back_to_the_producers(tmp_path, cpus, pro
         ray.shutdown()
 
 
-def test_a_finished_trials_results_are_dropped_from_the_driver():
-    """RecordingScheduler drops what Tune keeps of a finished trial's results (orchestrator/run/tune.py `forget_results`):
-    the statistics of every number reported and the last result, ~12 KB a trial held until the fit ends, and again
-    in the trial's JSON state saved then. Asked of a real Tune Trial fed results as Tune feeds them; what Tune reads
-    of a finished trial (done, iteration, id) stays."""
-    from ray.tune.experiment import Trial
-
-    from orchestrator.run.tune import forget_results
-
-    spec = _specs(1)[0].to_dict()
-    trial = Trial("__none", stub=True, config={"spec": spec})
-    for i in (1, 2):
-        trial.update_last_result({"result_json": json.dumps({"seed": 0}), "time_this_iter_s": 0.1 * i,
-                                  "time_total_s": 0.2 * i, "training_iteration": i, "done": i == 2,
-                                  "trial_id": trial.trial_id, "config": {"spec": spec}})
-    before = sum(len(s) for s in trial.get_json_state())
-    assert {"time_this_iter_s", "training_iteration"} <= set(trial.run_metadata.metric_analysis)
-    forget_results(trial)
-    after = sum(len(s) for s in trial.get_json_state())
-    assert trial.run_metadata.metric_analysis == {} and trial.run_metadata.metric_n_steps == {}
-    assert trial.last_result == {"done": True, "training_iteration": 2, "trial_id": trial.trial_id}
-    assert after < before - 1500, (before, after)
 
 
 DRIVER = """
@@ -245,18 +223,17 @@ def test_the_driver_running_trials_does_not_import_mlflow(tmp_path):
     assert out == {"seen": [0, 1, 2], "mlflow": False}
 
 
-def test_finished_trials_are_freed_while_the_fit_goes_on(tmp_path, monkeypatch):
-    """RecordingScheduler drops Tune's references to finished trials during the `fit` (orchestrator/run/tune.py
-    `_drop_finished`), so the driver's memory does not grow with the trials of a wave: counted as live `Trial`
-    objects in the driver while 240 trials run in one wave (Tune alone keeps all 240 until the `fit` ends). A trial
-    that crashes is still counted as an error, though Tune's ResultGrid no longer holds it."""
+def test_waves_bound_the_trials_the_driver_holds(tmp_path, monkeypatch):
+    """Tune keeps every `Trial` of a `fit` until it ends; waves (`runtime.trials_per_wave`, orchestrator/run/tune.py
+    "Waves") bound what the driver holds by running the trials in several fits: counted as live `Trial` objects in
+    the driver while 240 trials run in waves of 40 (Tune alone keeps all 240 until its one `fit` ends). A trial that
+    crashes is counted as an error in its wave."""
     import gc
 
     import ray
     from ray.tune.experiment import Trial
 
     from orchestrator.run import ray_env
-    from orchestrator.run.tune import DROP_EVERY
 
     def trainable(config):
         from ray import tune
@@ -279,9 +256,9 @@ def test_finished_trials_are_freed_while_the_fit_goes_on(tmp_path, monkeypatch):
     try:
         run = run_trials(_specs(240), None, storage_path=str(tmp_path / "tune"), name="f", cpus_per_trial=1,
                          gpus_per_trial=0, max_failures=0, max_concurrent=None, on_result=on_result,
-                         on_crash=lambda spec, err: crashed.append(spec["seed"]), trainable=trainable, wave=None)
+                         on_crash=lambda spec, err: crashed.append(spec["seed"]), trainable=trainable, wave=40)
     finally:
         ray.shutdown()
     assert sorted(seen) == [i for i in range(240) if i != 7] and crashed == [7]
-    assert (run.waves, run.trials, run.errors) == (1, 240, 1)
-    assert len(live) == 11 and max(live) <= DROP_EVERY + 16 < 240, live   # without the drop: 20, 40, ... 220
+    assert (run.waves, run.trials, run.errors) == (6, 240, 1)
+    assert len(live) == 11 and max(live) <= 40 + 16 < 240, live   # in one wave: 20, 40, ... 220

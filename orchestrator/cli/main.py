@@ -1,5 +1,5 @@
-"""The command line: `mlvp COMMAND ...` or `python -m orchestrator COMMAND ...` (`--help` on each); what each
-command does is orchestrator/cli/commands.py."""
+"""The command line: `mlvp COMMAND ...` (or `python -m orchestrator COMMAND ...`), `--help` on each; what each
+command does is orchestrator/cli/commands.py. Errors a user can fix come out as one line on stderr with exit 2."""
 from __future__ import annotations
 
 import argparse
@@ -7,49 +7,63 @@ import errno
 import sys
 from pathlib import Path
 
-from orchestrator.cli import commands
 from orchestrator.config.errors import GridError
 from orchestrator.planning.clean_check import DEFAULT_TOLERANCE
 from orchestrator.record.mlflow_store import TrackingUnavailable
+from orchestrator.run.console import Terminated, handle_sigterm
 from orchestrator.run.ray_env import ClusterError
+
+GRID_HELP = ("a grid: a YAML file, the name of a grid shipped with mlvp (`mlvp grids` lists them), or the name of a "
+             "grid with results under --results-dir")
 
 EXAMPLES = {
     "submit": """examples:
-  python -m orchestrator submit grids/quickstart.yaml
-  python -m orchestrator submit grids/full_mlvp.yaml --address ray://head:10001 --tracking-uri http://mlflow:5000
-  python -m orchestrator submit grids/quickstart.yaml --dry-run
-  python -m orchestrator submit grids/full_mlvp.yaml --tolerance 3     # refuse if a checkpoint misses its paper R@1
-                                                                       # by more than 3 points (--force: go on)""",
+  mlvp submit quickstart                                   # the embedded default, on this machine
+  mlvp submit full_mlvp --address HEAD_IP:6379 --cache-dir /shared/cache --results-dir /shared/results
+  mlvp submit my_grid.yaml --dry-run                       # the plan, nothing started
+  mlvp submit full_mlvp --tolerance 3     # refuse if a checkpoint misses its paper R@1 by more than 3 points
+Ray, Ray Tune and MLflow write to results/<grid>/logs/; --verbose shows them here.""",
+    "resume": """examples:
+  mlvp resume quickstart                # failed, damaged and never-run cells
+  mlvp resume quickstart --only-failed  # failed cells only
+  mlvp resume quickstart --incomplete   # also cells done with dropped queries""",
     "check": """the clean R@1/5/10 (v2t and t2v, source model) of every (backbone, checkpoint, dataset) the grid uses,
-beside the paper's clean rows (workloads/paper.py); exit status 1 when one misses by more than --tolerance.
+beside the published clean rows (workloads/paper.py); exit status 1 when one misses by more than --tolerance.
 Results already in the ledger are compared again without running anything (no Ray when nothing is missing).
 examples:
-  python -m orchestrator check grids/quickstart.yaml
-  python -m orchestrator check grids/qgs_cross.yaml --tolerance 3 --address auto""",
-    "plan": "example:\n  python -m orchestrator plan grids/full_mlvp.yaml",
-    "status": "example:\n  python -m orchestrator status grids/quickstart.yaml",
-    "resume": """examples:
-  python -m orchestrator resume grids/quickstart.yaml                # failed + never-run cells
-  python -m orchestrator resume grids/quickstart.yaml --incomplete   # also cells done with dropped queries""",
+  mlvp check quickstart
+  mlvp check qgs_cross --tolerance 3 --address auto""",
+    "plan": """writes nothing: trials by scenario, render sets, checkpoints, what submit would generate or train, the
+paths not on disk, and the estimated GPU-hours of what remains to run.
+examples:
+  mlvp plan quickstart
+  MLVP_DATA=/data/mlvp mlvp plan full_mlvp""",
+    "status": """exit status: 0 every cell done, 1 some failed or damaged, 3 some never run (none failed).
+examples:
+  mlvp status quickstart
+  mlvp status full_mlvp --results-dir /shared/results --all""",
     "sync": """examples:
-  python -m orchestrator sync grids/quickstart.yaml                  # the local sqlite store
-  python -m orchestrator sync grids/full_mlvp.yaml --tracking-uri http://127.0.0.1:5000""",
+  mlvp sync quickstart                                      # the local sqlite store
+  mlvp sync full_mlvp --tracking-uri http://127.0.0.1:5000""",
     "report": """writes results/<grid>/report/index.html (tables and plots, self-contained), report.md,
 report_tables.parquet and plots/*.png, and logs them to the grid's newest MLflow parent run.
 examples:
-  python -m orchestrator report grids/quickstart.yaml
-  python -m orchestrator report quickstart                      # a grid by name, once it has results
-  python -m orchestrator report grids/quickstart.yaml --metric hub_skewness""",
+  mlvp report quickstart
+  mlvp report quickstart --metric hub_skewness
+  mlvp report my_grid.yaml --results-dir /shared/results --no-mlflow""",
     "render": """examples:
-  python -m orchestrator render grids/quickstart.yaml                 # fill the render cache only
-  python -m orchestrator render --contact-sheet docs/contact_sheet.png  # one frame per type x severity""",
+  mlvp render quickstart                                   # fill the render cache only
+  mlvp render --contact-sheet contact_sheet.png            # one frame per type x severity""",
+    "grids": """examples:
+  mlvp grids                           # the grids shipped with mlvp
+  cp "$(mlvp grids --path quickstart)" my_grid.yaml        # a copy to edit""",
     "convert-checkpoint": """formats read (detected from the content): the X-Pool / HAT-VTR authors' checkpoints
 ({"state_dict": ...} with clip.* and pool_frames.*), a Hugging Face CLIPModel folder, OpenAI's TorchScript
 ViT-B-32.pt, an open_clip state dict. OpenAI-derived weights need a QuickGELU config (ViT-B-32-quickgelu, not ViT-B-32).
 examples:
-  python -m orchestrator convert-checkpoint xpool_msrvtt9k/model_best.pth ckpt/xpool-msrvtt.pt \\
+  mlvp convert-checkpoint xpool_msrvtt9k/model_best.pth ckpt/xpool-msrvtt.pt \\
       --clip-model ViT-B-32-quickgelu --backbone xpool
-  python -m orchestrator convert-checkpoint clip-vit-base-patch32/ ckpt/clip-zero-shot.pt --backbone clip4clip""",
+  mlvp convert-checkpoint clip-vit-base-patch32/ ckpt/clip-zero-shot.pt --backbone clip4clip""",
 }
 
 
@@ -60,34 +74,42 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "default: RESULTS_DIR/cache. Put it on shared storage for a multi-node cluster")
 
 
-def _tolerance(p: argparse.ArgumentParser) -> None:
+def _ray(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", default=None, help="join a running Ray cluster, e.g. HEAD_IP:6379 or auto "
+                   "(default: start a local one on 127.0.0.1)")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
+    p.add_argument("--verbose", "-v", action="store_true", help="show Ray's, Tune's and MLflow's own output here "
+                   "instead of in results/<grid>/logs/")
 
+
+def _tolerance(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, metavar="POINTS",
                    help=f"R@1 points a clean result may fall below the paper's (default {DEFAULT_TOLERANCE:g})")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m orchestrator",
-        description="MLVP orchestrator: test-time adaptation of video-text retrieval under query shift, "
-                    "rendered with Ray Data, scheduled with Ray Tune, tracked in MLflow.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+        prog="mlvp",
+        description="MLVP orchestrator: test-time adaptation of video-text retrieval under distribution shift; "
+                    "perturbations rendered with Ray Data, trials scheduled with Ray Tune, tracked in MLflow. "
+                    "`python -m orchestrator` is the same command.",
+        epilog="start with: mlvp submit quickstart (the embedded default: no GPU, no data, no downloads)")
+    parser.add_argument("--version", action="store_true", help="the versions of mlvp, Python, torch, Ray, MLflow "
+                        "and CUDA, and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_, description=help_, epilog=EXAMPLES.get(name),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        return p
+        return sub.add_parser(name, help=help_, description=help_, epilog=EXAMPLES.get(name),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
 
-    for name, help_ in (("submit", "run a grid: render, fine-tune, trials, tables (skips cells already done)"),
-                        ("resume", "rerun the failed and never-run cells of a grid")):
+    for name, help_ in (("submit", "run a grid: fine-tune, render, trials, tables and report (skips cells done)"),
+                        ("resume", "rerun the failed, damaged and never-run cells of a grid")):
         p = add(name, help_)
-        p.add_argument("grid", help="grid YAML file, e.g. grids/quickstart.yaml")
+        p.add_argument("grid", help=GRID_HELP)
         _common(p)
         p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///RESULTS_DIR/"
                        "mlflow.db); e.g. http://127.0.0.1:5000 for an mlflow server")
-        p.add_argument("--address", default=None, help="join a running Ray cluster (default: start a local one on "
-                       "127.0.0.1)")
-        p.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
+        _ray(p)
         p.add_argument("--no-dashboard", action="store_true", help="start local Ray without its dashboard")
         _tolerance(p)
         p.add_argument("--force", action="store_true", help="run the grid even when a checkpoint's clean R@1 "
@@ -101,26 +123,25 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--incomplete", action="store_true", help="also rerun cells that finished with dropped "
                            "queries (videos that could not be decoded, e.g. fixed since)")
 
-    p = add("plan", "print what a grid would run (trials, render jobs, checkpoints, ledger state)")
-    p.add_argument("grid")
+    p = add("plan", "what a grid would run (trials, render sets, checkpoints, ledger state, cost); writes nothing")
+    p.add_argument("grid", help=GRID_HELP)
     _common(p)
 
     p = add("check", "clean retrieval of every checkpoint the grid uses, beside the paper's clean numbers (fine-"
             "tunes missing checkpoints and renders clean clips first; results go to the ledger and gallery cache)")
-    p.add_argument("grid", help="grid YAML file, e.g. grids/quickstart.yaml")
+    p.add_argument("grid", help=GRID_HELP)
     _common(p)
     _tolerance(p)
-    p.add_argument("--address", default=None, help="join a running Ray cluster")
-    p.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
+    _ray(p)
 
-    p = add("status", "ledger state of a grid: done / failed / missing, with each failure's error")
-    p.add_argument("grid")
+    p = add("status", "ledger state of a grid: done / failed / damaged / never run, with each failure's error")
+    p.add_argument("grid", help=GRID_HELP)
     _common(p)
     p.add_argument("--all", action="store_true", help="list every failure, not just the first 20")
 
     p = add("report", "rebuild a grid's tables from the ledger, write its HTML report with plots "
                "(results/<grid>/report/index.html) and print its tables")
-    p.add_argument("grid", help="grid YAML file, or the name of a grid whose results exist")
+    p.add_argument("grid", help=GRID_HELP)
     _common(p)
     p.add_argument("--tracking-uri", default=None, help="MLflow store whose newest parent run of the grid gets the "
                    "report (default: sqlite:///RESULTS_DIR/mlflow.db)")
@@ -130,18 +151,20 @@ def _parser() -> argparse.ArgumentParser:
 
     p = add("sync", "log to an MLflow store every trial of a grid the ledger holds and the store lacks (no "
                "duplicates): after a store was down, or to fill a second store")
-    p.add_argument("grid")
+    p.add_argument("grid", help=GRID_HELP)
     _common(p)
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///RESULTS_DIR/"
                    "mlflow.db)")
 
     p = add("render", "fill the render cache for a grid (no trials), or draw a contact sheet of all 12 types")
-    p.add_argument("grid", nargs="?", help="grid YAML file (omit with --contact-sheet)")
+    p.add_argument("grid", nargs="?", help=GRID_HELP + " (omit with --contact-sheet)")
     _common(p)
     p.add_argument("--contact-sheet", metavar="OUT.png", default=None,
                    help="draw one frame per perturbation type x severity of a synthetic clip into OUT.png")
-    p.add_argument("--address", default=None, help="join a running Ray cluster")
-    p.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
+    _ray(p)
+
+    p = add("grids", "the grids shipped with mlvp: names, what each is, and their files")
+    p.add_argument("--path", metavar="NAME", default=None, help="print the file of this shipped grid only")
 
     p = add("convert-checkpoint", "convert a foreign checkpoint (X-Pool/HAT-VTR, Hugging Face, OpenAI, open_clip) "
             "to this tool's format once, for models.checkpoints / models.pretrained")
@@ -155,14 +178,38 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def version_lines() -> list[str]:
+    """`mlvp --version`: the versions every trial also records (workloads/versions.py)."""
+    from workloads.versions import software_versions
+
+    v = software_versions(with_cuda=True)
+    return [f"mlvp {v['mlvp']}",
+            f"python {v['python']}, torch {v['torch']} (CUDA {v['cuda']}; GPU: {v['gpu']}), torchvision "
+            f"{v['torchvision']}, open_clip {v['open_clip']}",
+            f"ray {v['ray']}, mlflow {v['mlflow']}, numpy {v['numpy']}, PyAV {v['pyav']}"]
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        print("\n".join(version_lines()))
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return 2
+    handle_sigterm()
+    # the commands import pandas and the registries (~1 s): after the arguments parse, so --help answers at once
+    from orchestrator.cli import commands
 
     try:
         return commands.dispatch(args)
     except GridError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except Terminated:   # a submission has said what is kept and how to resume (orchestrator/run/submit.py)
+        print("stopped by SIGTERM", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -175,4 +222,3 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"error: {err}", file=sys.stderr)
         return 2
-

@@ -18,6 +18,8 @@ from orchestrator.config.errors import GridError, MissingPath, check_choice, che
 from orchestrator.config.names import known_backbones, known_datasets, known_methods, known_text_perturbations
 from orchestrator.config.scenarios import SCENARIOS
 from orchestrator.config.schema import AssetsSpec, GridSpec, build
+from orchestrator.config.shipped import grid_name_problem
+from workloads.backbones.configs import known_models, model_config, project_models, weights_file_problem
 
 
 
@@ -100,8 +102,9 @@ def _build_grid(data: Any) -> GridSpec:
 
 def validate(grid: GridSpec) -> GridSpec:
     """Name and range checks that need the registries or several keys at once."""
-    if not grid.name or not all(c.isalnum() or c in "-_." for c in grid.name):
-        raise GridError(f"name: {grid.name!r} must be non-empty letters, digits, '-', '_' or '.' (it names a folder)")
+    problem = grid_name_problem(grid.name)
+    if problem:
+        raise GridError(f"name: {grid.name!r}: {problem}")
     check_names("datasets", list(grid.datasets), known_datasets(), "dataset")
     check_names("backbones", grid.backbones, known_backbones(), "backbone")
     methods = known_methods()
@@ -123,6 +126,11 @@ def validate(grid: GridSpec) -> GridSpec:
         _check_method_options(f"method_options.{m}", m, options, grid.faithful)
     for scenario in grid.scenarios.values():
         scenario.check(grid)
+    name = grid.models.clip_model
+    if "/" not in name and ":" not in name and model_config(name) is None:   # hub or folder names: open_clip's
+        raise GridError(f"models.clip_model: unknown open_clip config {name!r}{did_you_mean(name, known_models())}; "
+                        f"this project's: {', '.join(project_models())}; or one of open_clip's, e.g. "
+                        f"ViT-B-32-quickgelu (OpenAI's ViT-B/32)")
     ft = grid.models.finetune
     if ft.frames_per_clip > ft.train_frames:
         raise GridError(f"models.finetune.frames_per_clip: must be between 1 and train_frames ({ft.train_frames}), "
@@ -152,7 +160,10 @@ def validate(grid: GridSpec) -> GridSpec:
             DATASETS.lookup(name).check_options(entry.options)
         except DatasetError as err:
             raise GridError(f"datasets.{name}.options: {err}") from None
-        if entry.root is not None and not Path(entry.root).expanduser().is_dir() and not _tolerate(
+        root = Path(entry.root).expanduser() if entry.root is not None else None
+        if root is not None and root.is_file():
+            raise GridError(f"datasets.{name}.root: {entry.root} is a file; give the folder that holds {name}")
+        if root is not None and not root.is_dir() and not _tolerate(
                 f"datasets.{name}.root", entry.root, f"directory not found: put {name} there or set "
                 f"datasets.{name}.root"):
             raise GridError(f"datasets.{name}.root: directory not found: {entry.root}")
@@ -293,6 +304,8 @@ def _check_weights(key: str, path: str, what: str) -> None:
     elif not p.is_file() and not _tolerate(key, path, f"{what} file not found: put it there or set {key}"):
         raise GridError(f"{key}: {what} file not found: {path} (a file, or a Hugging Face CLIP folder; weights are "
                         "local files, nothing is downloaded)")
+    elif p.is_file() and (problem := weights_file_problem(p)):
+        raise GridError(f"{key}: {path}: {problem}")
 
 
 def load_grid(path: str | Path, missing: list[MissingPath] | None = None) -> GridSpec:
@@ -311,10 +324,16 @@ def load_grid(path: str | Path, missing: list[MissingPath] | None = None) -> Gri
 
 def _load_grid(path: str | Path) -> GridSpec:
     p = Path(path)
+    if p.is_dir():
+        raise GridError(f"{path}: is a folder, not a grid file")
     if not p.is_file():
         raise GridError(f"{path}: grid file not found")
     try:
-        data = yaml.load(p.read_text(), Loader=_GridLoader)
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise GridError(f"{path}: not a text file (byte {err.start} is not UTF-8): a grid is a YAML file") from None
+    try:
+        data = yaml.load(text, Loader=_GridLoader)
     except GridError as err:
         raise GridError(f"{path}: {err}") from None
     except yaml.YAMLError as err:

@@ -58,12 +58,23 @@ def _type(tp: Any) -> str:
     return " or ".join(names) + (" or null" if type(None) in args else "")
 
 
+def _yaml(value: Any) -> str:
+    """A default as it is written in YAML."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value == "":
+        return '""'
+    return repr(value).replace("'", "")
+
+
 def _default(f: dataclasses.Field) -> str:
     if f.default is not dataclasses.MISSING:
-        return "null" if f.default is None else f"`{f.default!r}`".replace("'", "")
+        return "null" if f.default is None else f"`{_yaml(f.default)}`"
     if f.default_factory is not dataclasses.MISSING:   # type: ignore[misc]
         value = f.default_factory()                      # type: ignore[misc]
-        return "see below" if dataclasses.is_dataclass(value) else f"`{value!r}`"
+        return "see below" if dataclasses.is_dataclass(value) else f"`{_yaml(value)}`"
     return "**required**"
 
 

@@ -32,6 +32,7 @@ class DatasetAssets:
 
 @dataclass
 class DatasetEntry:
+    """One dataset: where it lives and its loader's options (workloads/datasets/)."""
     root: str | None = None                  # where the dataset lives; None for generated ones (synthetic)
     options: dict[str, Any] = field(default_factory=dict)  # loader options (file names, sizes of synthetic data)
     assets: DatasetAssets = field(default_factory=DatasetAssets)
@@ -55,10 +56,10 @@ class AssetsSpec:
 @dataclass
 class FinetuneSpec:
     """Source fine-tuning for checkpoints the grid does not supply (the embedded default trains mlvp-tiny)."""
-    steps: int = opt(500, min=1)
+    steps: int = opt(500, min=1)             # optimiser steps
     batch_size: int = opt(64, min=2)         # contrastive: a batch of one has no negatives
-    lr: float = opt(1e-3, above=0)
-    weight_decay: float = opt(0.2, min=0)
+    lr: float = opt(1e-3, above=0)           # AdamW learning rate
+    weight_decay: float = opt(0.2, min=0)    # AdamW weight decay
     train_frames: int = opt(16, min=1)       # frames decoded per train video (uniform rule)
     frames_per_clip: int = opt(4, min=1)     # of those, random frames per clip per training step
     precision: str = opt("auto", choices=("fp32", "bf16", "auto"))   # auto: bf16 where the device has it natively
@@ -81,6 +82,7 @@ class PretrainSpec:
 
 @dataclass
 class ModelsSpec:
+    """The models: CLIP weights to start from, fine-tuned checkpoints given, and how missing ones are made here."""
     clip_model: str = "mlvp-tiny"            # open_clip config name (mlvp-tiny, mlvp-micro, ViT-B-32, ...)
     pretrained: str | None = None            # CLIP weights (local file): fine-tuning start and zero-shot model
     checkpoints: dict[str, dict[str, str]] = field(default_factory=dict)  # backbone -> dataset -> checkpoint
@@ -91,32 +93,32 @@ class ModelsSpec:
 @dataclass
 class VariantSpec:
     """A named variant of a method (an ablation row): the method, its options, and optionally its own `faithful`."""
-    method: str
-    options: dict[str, Any] = field(default_factory=dict)
+    method: str                              # the registered method it varies
+    options: dict[str, Any] = field(default_factory=dict)   # its options (as method_options)
     faithful: bool | None = None             # None: the grid's `faithful`
 
 
 # Ray Tune trials per `Tuner.fit` (None: all of a submission in one). Tune keeps a `Trial` object per trial on the
-# driver until its `fit` ends; RecordingScheduler drops the finished ones as it goes (orchestrator/run/tune.py
-# `_drop_finished`), so one `fit` keeps the driver flat (+32 MB at 4,270 trials) and no wave boundary (a cold start
-# of the trial actors) is paid (benchmarks/RESULTS.md section 15). A number still splits a submission into waves.
+# driver until its `fit` ends; a number splits a submission into waves, which bounds that at the cost of a barrier
+# and fresh trial actors at each wave's end (orchestrator/run/tune.py "Waves").
 TRIALS_PER_WAVE: int | None = None
 
 
 @dataclass
 class RuntimeSpec:
-    batch_size: int = opt(16, min=1)
-    steps: int = opt(3, min=1)
-    num_frames: int = opt(12, min=1)
+    """How each trial runs and how the trials share the cluster."""
+    batch_size: int = opt(16, min=1)         # queries per online stream batch
+    steps: int = opt(3, min=1)               # adaptation steps per batch
+    num_frames: int = opt(12, min=1, max=128)   # frames per clip (uniform rule; the papers use 12)
     resolution: int | None = opt(None, min=16)    # None: the model's input size
     precision: str = opt("fp32", choices=("fp32", "bf16"))   # trial compute
     hub_k: int = opt(10, min=1)              # at most the gallery size (checked by the plan)
-    cpus_per_trial: float = opt(1.0, above=0)
-    # at most 1: a trial computes on one device (workloads/trial.py); fractions share a GPU, and its throughput
-    # (benchmarks/RESULTS.md section 6)
+    cpus_per_trial: float = opt(1.0, above=0)   # CPUs each trial asks Ray for (its torch threads)
+    # GPUs each trial asks for, at most 1 (a trial computes on one device); fractions share a GPU and its
+    # throughput (benchmarks/RESULTS.md, GPU)
     gpus_per_trial: float = opt(0.0, min=0, max=1)
     max_failures: int = opt(1, min=0)        # Tune retries of a trial that crashed its worker
-    max_concurrent_trials: int | None = opt(None, min=1)
+    max_concurrent_trials: int | None = opt(None, min=1)   # None: as many as the cluster's resources allow
     # trials per Ray Tune experiment (orchestrator/run/tune.py "Waves"; None: all in one, the default)
     trials_per_wave: int | None = opt(TRIALS_PER_WAVE, min=1)
     render_actors: int | None = opt(None, min=1)   # Ray Data actor pool size (None: one per CPU)
@@ -125,18 +127,19 @@ class RuntimeSpec:
 
 @dataclass
 class GridSpec:
-    name: str
-    datasets: dict[str, DatasetEntry]
-    backbones: list[str]
-    methods: list[str]
-    description: str = ""
-    seed: int = opt(0, min=0)
-    faithful: bool = True
+    name: str                                # results go to results/<name>/, MLflow experiment mlvp/<name>
+    datasets: dict[str, DatasetEntry]        # every dataset the grid uses, by registered name
+    backbones: list[str]                     # registered backbones (pooling heads): clip4clip, xpool, ...
+    methods: list[str]                       # registered methods and variant names: the tables' rows
+    description: str = ""                    # free text
+    seed: int = opt(0, min=0)                # perturbation draws and every random choice of a method
+    faithful: bool = True                    # reproduce the authors' code (false: the papers' behaviour)
+    # per-method options (every method: lr, weight_decay, temperature; plus its own, checked when the grid loads)
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    variants: dict[str, VariantSpec] = field(default_factory=dict)
-    models: ModelsSpec = field(default_factory=ModelsSpec)
-    assets: AssetsSpec = field(default_factory=AssetsSpec)
-    runtime: RuntimeSpec = field(default_factory=RuntimeSpec)
+    variants: dict[str, VariantSpec] = field(default_factory=dict)   # named method variants: ablation rows
+    models: ModelsSpec = field(default_factory=ModelsSpec)           # CLIP weights, checkpoints, fine-tuning
+    assets: AssetsSpec = field(default_factory=AssetsSpec)           # perturbation assets (local paths)
+    runtime: RuntimeSpec = field(default_factory=RuntimeSpec)        # trial and scheduling knobs
     # the scenario sections present (query_shift, query_gallery_shift.cross_dataset, ...), in registry order
     scenarios: dict[str, Any] = field(default_factory=dict)
     source: str = ""                         # the file it came from (set by load_grid)

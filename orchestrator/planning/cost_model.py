@@ -96,33 +96,30 @@ class Estimate:
                 + (f" + {self.text_cpu_h:,.2f} of text sets" if self.text_cpu_h else ""))
 
 
-def estimate(plan, cost: CostModel | None = None) -> Estimate:
-    """The cost of every unit of `plan` (orchestrator.planning.plan.Plan), whether or not it is cached already."""
+def estimate(plan, work, cost: CostModel | None = None) -> Estimate:
+    """The cost of `work` (orchestrator/planning/work.py: every unit of the plan, or only what remains to run) under
+    `cost`; datasets whose clip counts are unknown are listed, not counted."""
     cost = cost or CostModel()
     rt = plan.grid.runtime
     slots = cost.slots_per_gpu(rt.gpus_per_trial)
     sizes = plan.clip_counts()
     out = Estimate(unknown=[d for d, n in sizes.items() if n is None])
-    for ds, cells in plan.renders.items():
-        out.render_sets += len(cells)
+    for ds, _, _ in work.render_sets:
+        out.render_sets += 1
         if sizes.get(ds) is not None:
-            out.render_clips += sizes[ds] * len(cells)
+            out.render_clips += sizes[ds]
     out.render_cpu_h = cost.render_seconds(out.render_clips) / 3600
-    for job in plan.text_sets:
+    for job in work.text_sets:
         n = sizes.get(job.key.dataset)
         out.text_cpu_h += (n or 0) * cost.text_s_per_caption / 3600
-    for t in plan.trials:
+    for t in work.trials:
         n = sizes.get(t.dataset)
         if n is not None:
             out.trial_gpu_h += cost.trial_gpu_seconds(n, t.batch_size, t.precision, slots) / 3600
-    for key in plan.gallery_encodings():
+    for key in work.gallery_encodings:
         n = sizes.get(key[2])
         if n is not None:
             out.gallery_gpu_h += n * cost.gallery_s_per_clip / 3600
-    seen = set()
-    for k, m in plan.models.items():
-        if m.finetune is None or m.version in seen:
-            continue
-        seen.add(m.version)
+    for m in work.checkpoints:
         out.finetune_gpu_h += m.finetune.steps * cost.finetune_s_per_step / 3600
     return out

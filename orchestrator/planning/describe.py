@@ -6,13 +6,15 @@ from collections import Counter
 
 from orchestrator.planning.cost_model import estimate
 from orchestrator.planning.plan import Plan
+from orchestrator.planning.work import all_work, remaining_work
 from workloads.spec import CLEAN
 
 
-def sizing_lines(plan: Plan, cost=None) -> list[str]:
+def sizing_lines(plan: Plan, cost=None, todo: list | None = None) -> list[str]:
     """What `plan` and `submit --dry-run` print after the checkpoints: render sets, gallery encodings, clips (unknown
     where the annotations are not on disk), the paths not on disk (one line each, with the key or variable to set)
-    and the cost estimate (orchestrator/planning/cost_model.py) of what is known. Plain text (no markup)."""
+    and the cost estimate (orchestrator/planning/cost_model.py) of what is known: of what remains to run when
+    `todo` (the trials to run) is given, else of the whole grid. Plain text (no markup)."""
 
     sizes = plan.clip_counts()
     unknown = [d for d, n in sizes.items() if n is None]
@@ -37,12 +39,17 @@ def sizing_lines(plan: Plan, cost=None) -> list[str]:
     if plan.missing:
         lines.append(f"not on disk ({len(plan.missing)}; `plan` sizes the grid anyway, `submit` needs them):")
         lines.extend(f"  missing {m.line()}" for m in plan.missing)
-    est = estimate(plan, cost)
+    if todo is not None and not todo:
+        lines.append("nothing remains to run: every cell is in the ledger (0 GPU-hours)")
+        return lines
+    work = all_work(plan) if todo is None else remaining_work(plan, todo)
+    est = estimate(plan, work, cost)
+    what = "" if todo is None else f"what remains ({len(todo)} trials): "
     if len(unknown) == len(sizes):
         lines.append("GPU-hours: unknown until the annotations are on disk (the cost model needs the clip counts: "
                      "orchestrator/planning/cost_model.py)")
     else:
-        lines.append(est.line() + (f"; not counting {', '.join(unknown)} (clip counts unknown)" if unknown else "")
+        lines.append(what + est.line() + (f"; not counting {', '.join(unknown)} (clip counts unknown)" if unknown else "")
                      + " (cost model: orchestrator/planning/cost_model.py)")
     return lines
 

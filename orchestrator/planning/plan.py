@@ -59,9 +59,24 @@ class DatasetPlan:
         return self.dataset.test_split()
 
     @property
+    def on_disk(self) -> bool:
+        """Whether its files are there: a generated dataset once generated (checked without generating), a real one
+        whenever its annotations are readable."""
+        location, config = getattr(self.dataset, "location", None), getattr(self.dataset, "config", None)
+        if location is not None and config is not None:
+            from workloads.datasets.synthetic import is_complete
+
+            return is_complete(location, config)
+        return not self.unavailable
+
+    @property
     def size(self) -> int | None:
-        """Test pairs (clips per render set, queries per trial); None when the annotations are not on disk."""
-        return None if self.unavailable else len(self.test)
+        """Test pairs (clips per render set, queries per trial); None when the annotations are not on disk. A generated
+        dataset says it from its config, without being generated (`plan` writes nothing)."""
+        if self.unavailable:
+            return None
+        planned = getattr(self.dataset, "planned_size", None)
+        return planned("test") if planned is not None else len(self.test)
 
 
 @dataclass
@@ -288,8 +303,11 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
                     precision=rt.precision, hub_k=rt.hub_k, options=json.dumps(options),
                     render_assets=assets, variant=variant, mix=cell.mix))
     notes = [line for scenario in grid.scenarios.values() for line in scenario.notes(grid)]
-    return Plan(grid, paths, datasets, models, trials, renders, resolution, render_assets, embedders,
+    plan = Plan(grid, paths, datasets, models, trials, renders, resolution, render_assets, embedders,
                 list(text_sets.values()), notes, missing)
+    if missing is not None:   # sizing (`plan`, `submit --dry-run`): what submit would refuse, said up front
+        plan.notes.extend(f"submit will refuse this grid: {p}" for p in hub_k_problems(plan))
+    return plan
 
 
 def _check_readable(grid: GridSpec, dp: DatasetPlan, missing: list[MissingPath]) -> None:
@@ -404,3 +422,22 @@ def _embedder(grid: GridSpec, models: dict[tuple[str, str], ModelPlan], ds: str)
     return backbone, models[(backbone, ds)].version, "finetuned"
 
 
+def hub_k_problems(plan: Plan) -> list[str]:
+    """runtime.hub_k counts how often each gallery item is among a query's k nearest: one line per target whose
+    gallery is smaller than k (where the size is known)."""
+    k = plan.grid.runtime.hub_k
+    out = []
+    for name in dict.fromkeys(t.dataset for t in plan.trials):
+        n = plan.datasets[name].size   # None: not known before the data is on disk (plan lists what is missing)
+        if n and k > n:
+            out.append(f"runtime.hub_k is {k} but the test split of {name} has {n} items (the gallery): set hub_k to "
+                       f"at most {n} (the paper uses 10)")
+    return out
+
+
+def check_hub_k(plan: Plan) -> None:
+    """A k above a target's gallery size is an error before anything starts (one line), not a failure in every
+    trial (`submit`; `plan` lists it among its notes)."""
+    problems = hub_k_problems(plan)
+    if problems:
+        raise PlanError(problems[0])

@@ -49,6 +49,14 @@ def render_keys(plan: Plan, dataset: str, video_id: str) -> list[RenderKey]:
             for pert, sev in plan.renders[dataset]]
 
 
+def render_keys_of_set(plan: Plan, dataset: str, perturbation: str, severity: int) -> list[RenderKey]:
+    """The cache keys of every clip of one render set (one per test video)."""
+    ds = plan.datasets[dataset]
+    return [RenderKey(dataset, ds.version, vid, perturbation, int(severity), plan.grid.seed,
+                      plan.grid.runtime.num_frames, plan.resolution, plan.render_assets.get((dataset, perturbation), ""))
+            for vid in dict.fromkeys(p.video_id for p in ds.test.pairs)]
+
+
 def plan_render_rows(plan: Plan, cache: RenderCache, video_assets: dict[str, dict[str, dict]] | None = None
                      ) -> tuple[list[dict[str, Any]], int]:
     """One row per source video with the clips of it that are not in the cache yet; returns (rows, reused)."""

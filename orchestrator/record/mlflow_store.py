@@ -8,9 +8,7 @@ a driver killed between the ledger write and the MLflow write never loses a resu
 """
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,11 @@ def default_tracking_uri(results_dir: str | os.PathLike) -> str:
 
 class TrackingUnavailable(RuntimeError):
     """The tracking store cannot be reached or written; the message is one line with what to do."""
+
+
+class StoreOfAnotherFolder(TrackingUnavailable):
+    """The local store of this results folder keeps a grid's artifacts in another results folder's `mlartifacts/`:
+    the folder was copied or moved. Nothing is logged there (it would write into the other folder)."""
 
 
 def check_store(tracking_uri: str, timeout: float = 5.0) -> None:
@@ -88,37 +91,23 @@ def error_name(err: BaseException) -> str:
 
 
 class Tracker(BackgroundLogging):
+    """One MLflow store, through `MlflowClient`'s public calls only: a trial run is `create_run` (with its tags),
+    one `log_batch` (params, metrics and the per-batch R@1 steps), its artifacts (`log_dict` / `log_text`) and
+    `set_terminated`. A local sqlite store keeps each grid's artifacts beside it, under `<results>/mlartifacts/`."""
+
     def __init__(self, tracking_uri: str, results_dir: str | os.PathLike):
-        import mlflow
-        from mlflow.tracking import MlflowClient
+        from mlflow.tracking import MlflowClient   # MLflow (~90 MB, 1-2 s): only where a store is opened
 
         self.uri = tracking_uri
         self.results_dir = Path(results_dir).resolve()
-        if tracking_uri.startswith("sqlite:///"):
-            _fast_sqlite(Path(tracking_uri[len("sqlite:///"):]))
-        mlflow.set_tracking_uri(tracking_uri)
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self._experiments: dict[str, str] = {}      # grid name -> experiment id (looked up once, not per trial)
         self._writer: TrialLogWriter | None = None
 
     def log_trials(self, parent_id: str, grid_name: str, entries: list[dict[str, Any]]) -> list[str]:
-        """`log_trial` for many entries: in one database transaction on a sqlite / SQL store (the runs, tags, params
-        and metrics `log_trial` writes, captured by `_BatchClient`; artifacts written into a local artifact folder),
-        else one by one. Returns the run ids in order."""
-        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
-        if not isinstance(store, SqlAlchemyStore):
-            return [self.log_trial(parent_id, grid_name, e) for e in entries]
-        exp_id = self.experiment(grid_name)   # cached before the client is swapped
-        real, batch = self.client, _BatchClient(self.client)
-        self.client = batch
-        try:
-            rids = [self.log_trial(parent_id, grid_name, e) for e in entries]
-        finally:
-            self.client = real
-        batch.commit(store, exp_id, self.client.get_experiment(exp_id).artifact_location)
-        return rids
+        """`log_trial` for each entry, in order (one call from the driver for many runs when MLflow runs in its own
+        process: TrackerProcess). Returns the run ids; the first error is raised, the runs logged before it stay."""
+        return [self.log_trial(parent_id, grid_name, e) for e in entries]
 
     def experiment(self, grid_name: str) -> str:
         if grid_name in self._experiments:
@@ -129,15 +118,37 @@ class Tracker(BackgroundLogging):
     def _experiment(self, grid_name: str) -> str:
         name = f"mlvp/{grid_name}"
         exp = self.client.get_experiment_by_name(name)
+        own = self._local_artifacts(grid_name)
         if exp is not None:
+            self._refuse_other_folder(exp.artifact_location, grid_name)
             if exp.tags.get(KIND_TAG) != KIND:
                 self.client.set_experiment_tag(exp.experiment_id, KIND_TAG, KIND)
             return exp.experiment_id
-        artifact_location = None
+        # mlflow's default is ./mlruns relative to wherever the user stands; keep artifacts beside the store
+        return self.client.create_experiment(name, artifact_location=own.as_uri() if own else None,
+                                             tags={KIND_TAG: KIND})
+
+    def _local_artifacts(self, grid_name: str) -> Path | None:
+        """Where a local store (sqlite file, or a path) of this results folder keeps a grid's artifacts."""
         if self.uri.startswith("sqlite:") or "://" not in self.uri:
-            # mlflow's default is ./mlruns relative to wherever the user stands; keep artifacts beside the store
-            artifact_location = (self.results_dir / "mlartifacts" / grid_name).as_uri()
-        return self.client.create_experiment(name, artifact_location=artifact_location, tags={KIND_TAG: KIND})
+            return self.results_dir / "mlartifacts" / grid_name
+        return None
+
+    def _refuse_other_folder(self, location: str | None, grid_name: str) -> None:
+        """A grid's artifacts are logged in this results folder's `mlartifacts/` or not at all: a store copied or
+        moved with its folder still names the old folder's (MLflow keeps absolute locations), and logging there
+        would write into it."""
+        if not location or not location.startswith("file:"):
+            return
+        from urllib.parse import unquote, urlparse
+
+        where = Path(unquote(urlparse(location).path))
+        if where.parent.name == "mlartifacts" and where.parent.parent != self.results_dir:
+            raise StoreOfAnotherFolder(
+                f"MLflow store {self.uri} keeps the artifacts of experiment mlvp/{grid_name} in {where}, another "
+                f"results folder's (this one was copied or moved from {where.parent.parent}): nothing is logged "
+                f"there; the ledger, tables and report are written here; to track this folder, give it a store of "
+                f"its own: --tracking-uri sqlite:///{self.results_dir / 'mlflow-here.db'}")
 
     def start_parent(self, grid, grid_text: str, summary: dict[str, Any], pid: int | None = None) -> str:
         """The submission's parent run, tagged with the host and the driver's `pid` (this process by default):
@@ -152,14 +163,13 @@ class Tracker(BackgroundLogging):
         rid = run.info.run_id
         params = {k: v for k, v in summary.items() if isinstance(v, (str, int, float, bool))}
         self._log_batch(rid, params=params)
-        self.log_text(rid, grid_text, Path(grid.source).name or "grid.yaml")
+        self.client.log_text(rid, grid_text, Path(grid.source).name or "grid.yaml")
         return rid
 
     def log_trial(self, parent_id: str, grid_name: str, entry: dict[str, Any]) -> str:
         """A child run for one trial result (ledger entry). Failed trials become FAILED runs with the error."""
         spec = entry["spec"]
         exp = self.experiment(grid_name)
-        label = run_name(spec)
         tags = {"mlflow.parentRunId": parent_id, "mlvp.kind": "trial", "mlvp.trial_key": entry["key"],
                 "mlvp.status": entry["status"], **{k: str(spec[k]) for k in TAG_AXES if spec.get(k) not in (None, "")}}
         level = _level(spec)
@@ -169,9 +179,7 @@ class Tracker(BackgroundLogging):
             tags["mlvp.fallbacks"] = "; ".join(entry["fallbacks"])[:4900]
         if entry.get("error"):
             tags["mlvp.error"] = entry["error"][:4900]
-        run = self.client.create_run(exp, run_name=label, tags=tags)
-        rid = run.info.run_id
-        params = {k: spec[k] for k in SPEC_FIELDS if k in spec}
+        rid = self.client.create_run(exp, run_name=run_name(spec), tags=tags).info.run_id
         # R1/R5/R10 = R@1/5/10 in percent (mlflow metric names cannot contain '@')
         metrics = dict(entry.get("metrics", {}))
         metrics.update({f"time_{k}": v for k, v in entry.get("timings", {}).items()})
@@ -179,15 +187,15 @@ class Tracker(BackgroundLogging):
         metrics["n_dropped"] = len(entry.get("dropped", []))
         if entry.get("faithful_renders") is not None:
             metrics["faithful_renders"] = entry["faithful_renders"]
-        self._log_batch(rid, params=params, metrics=metrics)
         # R@1 of each stream batch as a step metric: the UI's chart of `batch_R1` shows adaptation over the stream
-        self._log_steps(rid, "batch_R1", entry.get("batch_R1") or [])
-        artifacts = {"k_occurrence.json": {"k": spec.get("hub_k"), "counts": entry.get("k_occurrence", [])}}
+        self._log_batch(rid, params={k: spec[k] for k in SPEC_FIELDS if k in spec}, metrics=metrics,
+                        steps={"batch_R1": entry.get("batch_R1") or []})
+        self.client.log_dict(rid, {"k": spec.get("hub_k"), "counts": entry.get("k_occurrence", [])},
+                             "k_occurrence.json")
         if entry.get("dropped"):
-            artifacts["dropped_queries.json"] = entry["dropped"]
+            self.client.log_dict(rid, entry["dropped"], "dropped_queries.json")
         if entry.get("traceback"):
-            artifacts["traceback.txt"] = entry["traceback"]
-        self.log_files(rid, artifacts)
+            self.client.log_text(rid, entry["traceback"], "traceback.txt")
         self.client.set_terminated(rid, status="FINISHED" if entry["status"] == "ok" else "FAILED")
         return rid
 
@@ -215,16 +223,12 @@ class Tracker(BackgroundLogging):
         return closed
 
     def trial_runs(self, grid_name: str) -> dict[tuple[str, str], str]:
-        """(trial key, status) -> run id of every trial run this store holds for the grid."""
+        """(trial key, status) -> run id of every trial run this store holds for the grid, newest run first (a page
+        of `search_runs` at a time)."""
         exp = self.client.get_experiment_by_name(f"mlvp/{grid_name}")
         out: dict[tuple[str, str], str] = {}
         if exp is None:
             return out
-        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
-        if isinstance(store, SqlAlchemyStore):   # three tags per run, not whole runs: 15 s -> well under 1 s at 4,270
-            return _trial_runs_sql(store, exp.experiment_id)
         token = None
         while True:
             page = self.client.search_runs([exp.experiment_id], "tags.`mlvp.kind` = 'trial'", max_results=5000,
@@ -243,7 +247,11 @@ class Tracker(BackgroundLogging):
 
     def log_outputs(self, run_id: str, files: list[Path]) -> None:
         """The grid's tables under `tables/`, its report (orchestrator/report/page.py: index.html, Markdown, Parquet,
-        plots/*.png) under `report/` keeping its folders, so the run's artifact page opens the report's files."""
+        plots/*.png) under `report/` keeping its folders, so the run's artifact page opens the report's files. Only
+        into this results folder's artifacts (`_refuse_other_folder`)."""
+        run = self.client.get_run(run_id)
+        self._refuse_other_folder(run.info.artifact_uri.rsplit("/", 2)[0] if run.info.artifact_uri else None,
+                                  run.data.tags.get("mlvp.grid", ""))
         for f in map(Path, files):
             if not f.is_file():
                 continue
@@ -265,206 +273,24 @@ class Tracker(BackgroundLogging):
         return runs[0].info.run_id if runs else None
 
     # -- helpers -----------------------------------------------------------------------------------------------
-    def _log_batch(self, run_id: str, params: dict | None = None, metrics: dict | None = None) -> None:
+    def _log_batch(self, run_id: str, params: dict | None = None, metrics: dict | None = None,
+                   steps: dict[str, list[float]] | None = None) -> None:
+        """Params, metrics (step 0) and step metrics (`steps`: name -> value per step) in one `log_batch` when they fit
+        MLflow's limits (100 params, 1,000 metrics a call), else in as many as they need."""
         from mlflow.entities import Metric, Param
 
         now = int(time.time() * 1000)
         ps = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
         ms = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items() if v is not None]
-        # mlflow batch limits: 100 params, 1000 metrics per call; one call (one transaction) when both fit
+        ms += [Metric(k, float(v), now, step) for k, values in (steps or {}).items()
+               for step, v in enumerate(values) if v is not None]
         if len(ps) <= 100 and len(ms) <= 1000:
             self.client.log_batch(run_id, params=ps, metrics=ms)
             return
-        for i in range(0, max(len(ps), 1), 100):
+        for i in range(0, len(ps), 100):
             self.client.log_batch(run_id, params=ps[i:i + 100])
         for i in range(0, len(ms), 1000):
             self.client.log_batch(run_id, metrics=ms[i:i + 1000])
-
-    def _log_steps(self, run_id: str, key: str, values: list[float]) -> None:
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        ms = [Metric(key, float(v), now, step) for step, v in enumerate(values) if v is not None]
-        for i in range(0, len(ms), 1000):
-            self.client.log_batch(run_id, metrics=ms[i:i + 1000])
-
-    def log_text(self, run_id: str, text: str, name: str) -> None:
-        self.client.log_text(run_id, text, name)
-
-    def log_files(self, run_id: str, files: dict[str, Any]) -> None:
-        if isinstance(self.client, _BatchClient):   # kept in memory until the batch commits: no folder per run
-            self.client.add_files(run_id, {name: (content if isinstance(content, str) else json.dumps(content))
-                                           .encode() for name, content in files.items()})
-            return
-        with tempfile.TemporaryDirectory() as d:
-            for name, content in files.items():
-                p = Path(d) / name
-                p.write_text(content if isinstance(content, str) else json.dumps(content))
-            self.client.log_artifacts(run_id, d)
-
-
-def _trial_runs_sql(store, experiment_id: str) -> dict[tuple[str, str], str]:
-    """Tracker.trial_runs on a SQL store: only the runs' kind, trial key and status tags, newest run first (as
-    search_runs orders them)."""
-    from mlflow.store.tracking.dbmodels.models import SqlRun, SqlTag
-
-    with store.ManagedSessionMaker() as session:
-        rows = (session.query(SqlTag.run_uuid, SqlTag.key, SqlTag.value)
-                .join(SqlRun, SqlRun.run_uuid == SqlTag.run_uuid)
-                .filter(SqlRun.experiment_id == int(experiment_id), SqlRun.lifecycle_stage == "active",
-                        SqlTag.key.in_(("mlvp.kind", "mlvp.trial_key", "mlvp.status")))
-                .order_by(SqlRun.start_time.desc(), SqlRun.run_uuid).all())
-    tags: dict[str, dict[str, str]] = {}
-    for rid, key, value in rows:
-        tags.setdefault(rid, {})[key] = value
-    out: dict[tuple[str, str], str] = {}
-    for rid, t in tags.items():
-        if t.get("mlvp.kind") == "trial":
-            out.setdefault((t.get("mlvp.trial_key", ""), t.get("mlvp.status", "")), rid)
-    return out
-
-
-class _BatchClient:
-    """Stands in for MlflowClient inside `Tracker.log_trials`: records the writes `log_trial` makes (run, tags,
-    params, metrics, artifacts, final status) so they are committed together; anything else it is asked is an
-    AttributeError (the batch then falls back to one run at a time)."""
-
-    def __init__(self, real):
-        self.real = real
-        self.runs: dict[str, dict[str, Any]] = {}
-
-    def create_run(self, experiment_id, start_time=None, tags=None, run_name=None):
-        import types
-        import uuid
-
-        rid = uuid.uuid4().hex
-        now = int(time.time() * 1000)
-        self.runs[rid] = {"name": run_name or rid[:8], "start": start_time or now, "end": None, "status": "RUNNING",
-                          "tags": dict(tags or {}), "params": {}, "metrics": [], "files": {}}
-        return types.SimpleNamespace(info=types.SimpleNamespace(run_id=rid))
-
-    def log_batch(self, run_id, metrics=(), params=(), tags=(), **_):
-        run = self.runs[run_id]
-        run["metrics"].extend(metrics)
-        run["params"].update({p.key: p.value for p in params})
-        run["tags"].update({t.key: t.value for t in tags})
-
-    def set_tag(self, run_id, key, value, **_):
-        self.runs[run_id]["tags"][key] = str(value)
-
-    def add_files(self, run_id, files: dict[str, bytes]) -> None:
-        self.runs[run_id]["files"].update(files)
-
-    def set_terminated(self, run_id, status=None, end_time=None):
-        run = self.runs[run_id]
-        run["status"], run["end"] = status or "FINISHED", end_time or int(time.time() * 1000)
-
-    def commit(self, store, experiment_id: str, artifact_location: str) -> None:
-        """Every recorded run in one transaction (the rows MLflow's own create_run / log_batch / set_terminated
-        write), then the artifacts: written into a local artifact folder, else through the real client."""
-        from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlParam, SqlRun, SqlTag
-        from mlflow.utils.uri import append_to_uri_path
-        from sqlalchemy import insert
-
-        runs, tags, params, metrics, latest_rows = [], [], [], [], []
-        for rid, run in self.runs.items():
-            runs.append(dict(name=run["name"], run_uuid=rid, experiment_id=int(experiment_id),
-                             artifact_uri=append_to_uri_path(artifact_location, rid, "artifacts"),
-                             source_type="UNKNOWN", source_name="", entry_point_name="", user_id="",
-                             status=run["status"], start_time=run["start"], end_time=run["end"], deleted_time=None,
-                             source_version="", lifecycle_stage="active"))
-            tags += [dict(run_uuid=rid, key=k, value=str(v))
-                     for k, v in {"mlflow.runName": run["name"], **run["tags"]}.items()]
-            params += [dict(run_uuid=rid, key=k, value=str(v)) for k, v in run["params"].items()]
-            latest: dict[str, Any] = {}
-            rows = {}
-            for m in run["metrics"]:
-                is_nan, value = store.sanitize_metric_value(m.value)
-                rows[(m.key, m.timestamp, m.step, value, is_nan)] = (m, is_nan, value)
-                if m.key not in latest or (m.step, m.timestamp) >= (latest[m.key][0].step, latest[m.key][0].timestamp):
-                    latest[m.key] = (m, is_nan, value)
-            metrics += [dict(run_uuid=rid, key=m.key, value=v, timestamp=m.timestamp, step=m.step, is_nan=nan)
-                        for m, nan, v in rows.values()]
-            latest_rows += [dict(run_uuid=rid, key=m.key, value=v, timestamp=m.timestamp, step=m.step, is_nan=nan)
-                            for m, nan, v in latest.values()]
-        # Core INSERTs on the models' tables (one DB-API executemany per table): the same rows as adding one ORM
-        # object per row, without the ORM's per-row work, which took ~70% of the writer thread's CPU and competed with
-        # Tune's loop for the GIL (py-spy, benchmarks/RESULTS.md section 15)
-        with store.ManagedSessionMaker(read_only=False) as session:
-            for model, rows_of in ((SqlRun, runs), (SqlTag, tags), (SqlParam, params), (SqlMetric, metrics),
-                                   (SqlLatestMetric, latest_rows)):
-                if rows_of:
-                    session.execute(insert(model.__table__), rows_of)
-        local = artifact_location.startswith("file:") or "://" not in artifact_location
-        for rid, run in self.runs.items():
-            if not run["files"]:
-                continue
-            if local:
-                from mlflow.utils.file_utils import local_file_uri_to_path
-
-                root = Path(local_file_uri_to_path(artifact_location)) / rid / "artifacts"
-                for name, data in run["files"].items():
-                    (root / name).parent.mkdir(parents=True, exist_ok=True)
-                    (root / name).write_bytes(data)
-            else:
-                with tempfile.TemporaryDirectory() as d:
-                    for name, data in run["files"].items():
-                        (Path(d) / name).parent.mkdir(parents=True, exist_ok=True)
-                        (Path(d) / name).write_bytes(data)
-                    self.real.log_artifacts(rid, d)
-
-
-_FAST: set[Path] = set()
-
-
-_NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "ceph", "beegfs", "9p", "fuse.sshfs",
-               "glusterfs", "fuse.glusterfs"}
-
-
-def _fast_sqlite(db: Path) -> None:
-    """Commit without an fsync per transaction: WAL journal with synchronous=NORMAL (durable across a process crash,
-    consistent across a power loss, where the ledger still has every result and `sync` relogs it). On a network
-    filesystem WAL is unsafe (it needs shared memory between readers): there only synchronous=NORMAL. Each MLflow
-    call is one transaction, so this is most of the per-trial cost on a slow disk (RESULTS.md section 15)."""
-    db = db.resolve()
-    if db in _FAST:
-        return
-    _FAST.add(db)
-    import sqlite3
-
-    import sqlalchemy
-
-    wal = _filesystem(db.parent) not in _NETWORK_FS
-    if wal:
-        db.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(db)   # persistent in the file: readers (mlflow ui) use WAL too
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-        finally:
-            conn.close()
-
-    def on_connect(dbapi_conn, _record) -> None:
-        if isinstance(dbapi_conn, sqlite3.Connection):
-            row = dbapi_conn.execute("PRAGMA database_list").fetchone()
-            if row and row[2] and Path(row[2]).resolve() in _FAST:
-                dbapi_conn.execute("PRAGMA synchronous=NORMAL")
-
-    if len(_FAST) == 1:
-        sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", on_connect)
-
-
-def _filesystem(folder: Path) -> str:
-    """The filesystem type holding `folder` (from /proc/mounts; "" when unknown)."""
-    try:
-        mounts = [line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines()]
-    except OSError:
-        return ""
-    folder = folder.resolve()
-    best, kind = "", ""
-    for point, fstype in mounts:
-        if (str(folder) == point or str(folder).startswith(point.rstrip("/") + "/")) and len(point) > len(best):
-            best, kind = point, fstype
-    return kind
 
 
 def _alive(pid: str | None) -> bool:
@@ -493,5 +319,3 @@ def _level(spec: dict[str, Any]) -> str:
     name = spec.get("perturbation")
     registry = VIDEO_PERTURBATIONS if spec.get("direction", "v2t") == "v2t" else TEXT_PERTURBATIONS
     return registry.static_info(name)["level"] if name in registry else ""
-
-

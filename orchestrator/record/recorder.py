@@ -58,7 +58,7 @@ class LiveRecorder:
         self.tracking = False
         self.progress.console.print(
             f"[yellow]MLflow store {self.tracker.uri} stopped answering ({error_name(err)}); results "
-            f"stay in the ledger and the next submit (or `python -m orchestrator sync`) logs them[/]")
+            f"stay in the ledger and the next submit (or `mlvp sync`) logs them[/]")
 
     def crash(self, spec: dict[str, Any], message: str) -> None:
         """A trial whose worker died (after Tune's retries): recorded as failed, like any other failure."""

@@ -44,10 +44,14 @@ def sync_entries(tracker, grid_name: str, entries: list[dict[str, Any]], parent:
 
 
 def select_trials(plan: Plan, ledger: TrialLedger, only_failed: bool, rerun: bool, incomplete: bool = False):
-    """The trials to run and every trial's ledger status ("ok", "failed", "missing"). `incomplete` also reruns cells
-    that finished with queries dropped (videos that could not be decoded then: fixed videos are picked up)."""
+    """The trials to run and every trial's ledger status ("ok", "failed", "damaged": its entry was set aside, see
+    TrialLedger.get; "missing": never run). Every cell not "ok" runs again, or only the failed ones; `incomplete` also
+    reruns cells that finished with queries dropped (videos that could not be decoded then: fixed videos are picked
+    up)."""
     entries = {t.key: ledger.get(t.key) for t in plan.trials}
-    status = {k: "missing" if e is None else e["status"] for k, e in entries.items()}
+    damaged = ledger.damaged_keys()
+    status = {k: e["status"] if e is not None else "damaged" if k in damaged else "missing"
+              for k, e in entries.items()}
     if rerun:
         todo = list(plan.trials)
     elif only_failed:
@@ -96,3 +100,23 @@ def ledger_as_of(plan: Plan, ledger: TrialLedger, todo: list[TrialSpec]
 def new_submission_id() -> str:
     """A submission's id: when it started and a random suffix (ledger entries and MLflow runs carry it)."""
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def sync_grid(tracker, plan: Plan, ledger: TrialLedger, console: Console, submission: str | None = None,
+              close: bool = True) -> tuple[int, str | None]:
+    """The `sync` of a whole grid, no trial running: the parents of dead submissions closed, every trial the store
+    lacks logged under a parent run made only when something is logged (with `close`, closed FINISHED with the
+    ledger's counts; else left to the caller). Returns (runs created, that parent run or None)."""
+    tracker.close_stale_parents(plan.grid.name)
+    parent: list[str] = []
+    done = sum(1 for t in plan.trials if (e := ledger.get(t.key)) is not None and e["status"] == "ok")
+
+    def parent_on_demand() -> str:
+        if not parent:
+            parent.append(start_parent(tracker, plan, submission or new_submission_id(), 0, done))
+        return parent[0]
+
+    created = sync_store(tracker, plan, ledger, parent_on_demand, console)
+    if parent and close:
+        tracker.finish_parent(parent[0], {"trials_ok": done, "synced": created}, [], "FINISHED")
+    return created, parent[0] if parent else None

@@ -85,13 +85,21 @@ _TRACKING: dict[str, Any] = {}   # this interpreter's tracking process (TrackerP
 
 
 def _tracking_pool():
+    """This interpreter's tracking process, started anew when there is none yet, it broke (a broken pool refuses
+    new work at once), or this is a forked child of the interpreter that started it."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     pool = _TRACKING.get("pool")
-    if pool is None or getattr(pool, "_broken", False) or _TRACKING.get("pid") != os.getpid():
-        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_serve_tracker)
-        _TRACKING.update(pool=pool, pid=os.getpid())
+    if pool is not None and _TRACKING.get("pid") == os.getpid():
+        try:
+            pool.submit(int)
+            return pool
+        except (BrokenProcessPool, RuntimeError):   # broken, or shut down
+            pass
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_serve_tracker)
+    _TRACKING.update(pool=pool, pid=os.getpid())
     return pool
 
 

@@ -140,10 +140,8 @@ class TrialLogWriter:
             parent = item[0]() if callable(item[0]) else item[0]
             groups.setdefault((parent, item[1]), []).append(item)
         for (parent, grid_name), group in groups.items():
-            try:
-                rids = self.tracker.log_trials(parent, grid_name, [g[2] for g in group])
-            except Exception:   # nothing of the batch was committed (one transaction): one by one, to find the bad one
-                rids = [self.tracker.log_trial(parent, grid_name, g[2]) for g in group]
+            # an error stops here (`_failed`): runs logged before it are found by the next sync, by trial key
+            rids = self.tracker.log_trials(parent, grid_name, [g[2] for g in group])
             for g, rid in zip(group, rids):
                 g[3](rid)
 

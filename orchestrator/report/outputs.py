@@ -10,7 +10,7 @@ in the driver, where the child's start would cost more than they do. The child i
 of their locks can hang; nor multiprocessing's "spawn", which re-runs the caller's main script in the child. It costs one interpreter
 start and the imports (~1.5 s of CPU), once per submission. The child, which runs no threads, forks once more to
 draw the report's severity figures while it writes the tables and the rest (orchestrator/report/page.py
-`severity_apart`). The ledger stays the record either way: `python -m orchestrator report GRID` writes the same
+`severity_apart`). The ledger stays the record either way: `mlvp report GRID` writes the same
 files in its own process.
 """
 from __future__ import annotations

@@ -1,6 +1,21 @@
-"""What the commands print: the console (never wrapped, so a log file keeps paths and keys whole) and a plan's
-description before it runs."""
+"""What the commands print, and where the libraries' output goes.
+
+Our console shows the plan, progress bars and one line per trial; it is never wrapped (a log file or a pipe keeps
+paths and trial keys whole) and writes no colour codes where stdout is not a terminal. Ray, Ray Tune and MLflow
+print a lot of their own (start-up banners, configuration boxes, C++ log lines of Ray's core, worker output,
+database migrations): `quiet_libraries` sends all of it, at the file-descriptor level so that child processes and
+C++ code follow, to a log file under the grid's results (`results/<grid>/logs/`), while our console keeps the
+terminal. `--verbose` leaves everything on the terminal.
+"""
 from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
 
 from rich.console import Console
 from rich.markup import escape
@@ -9,18 +24,86 @@ from orchestrator.planning.describe import sizing_lines
 from orchestrator.planning.plan import Plan
 
 
-def make_console() -> Console:
-    """The console every command prints to. Lines are never wrapped (soft wrap): a log file or a pipe keeps paths
-    and trial keys whole instead of breaking them at 80 columns."""
-    return Console(highlight=False, soft_wrap=True)
+def make_console(file=None) -> Console:
+    """The console every command prints to (`file`: default stdout). Lines are never wrapped (soft wrap): a log file
+    or a pipe keeps paths and trial keys whole instead of breaking them at 80 columns; rich writes colours only to a
+    terminal."""
+    return Console(file=file, highlight=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def quiet_libraries(log: Path | None, verbose: bool = False) -> Iterator[Console]:
+    """Everything written to stdout and stderr inside the block, by this process, its threads and the processes it
+    starts (Ray's raylet and workers, the MLflow tracking process), goes to `log` (appended); yields the console
+    that still writes to the terminal. With `verbose` or without a log, nothing is redirected."""
+    if verbose or log is None:
+        yield make_console()
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    streams = sys.stdout, sys.stderr
+    try:
+        terminal = os.fdopen(os.dup(saved[1]), "w", buffering=1) if _is_fd(sys.stdout, 1) else sys.stdout
+    except OSError:
+        terminal = sys.stdout
+    out = open(log, "a", buffering=1)
+    out.write(f"\n== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n")
+    os.dup2(out.fileno(), 1)
+    os.dup2(out.fileno(), 2)
+    sys.stdout = sys.stderr = out
+    try:
+        yield make_console(terminal)
+    finally:
+        out.flush()
+        sys.stdout, sys.stderr = streams
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+        out.close()
+        if terminal is not streams[0]:
+            terminal.close()
+
+
+def _is_fd(stream, fd: int) -> bool:
+    """Whether `stream` writes to file descriptor `fd` (not a pytest capture or a StringIO)."""
+    try:
+        return stream.fileno() == fd
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def log_path(results_grid_dir: Path, command: str) -> Path:
+    """Where a command's library output goes: results/<grid>/logs/<command>-<time>.log."""
+    return results_grid_dir / "logs" / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, Slurm and Kubernetes send to stop a job): handled as Ctrl-C is, as an interrupt that
+    unwinds through Ray Tune's loop, so the finished trials stay recorded and the parent run is closed KILLED."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+def handle_sigterm() -> None:
+    """Turn SIGTERM into `Terminated` in the main thread. Called again after Ray starts: Ray's core installs its own
+    handler for SIGTERM (it prints a C++ stack trace and exits)."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console) -> None:
     from collections import Counter
 
     c = Counter(status.values())
+    damaged = f"{c['damaged']} damaged, " if c.get("damaged") else ""
     console.print(f"[bold]grid[/] {plan.grid.name} ({plan.grid.source}): {len(plan.trials)} trials "
-                  f"({c.get('ok', 0)} done, {c.get('failed', 0)} failed, {c.get('missing', 0)} new) -> "
+                  f"({c.get('ok', 0)} done, {c.get('failed', 0)} failed, {damaged}{c.get('missing', 0)} new) -> "
                   f"{len(todo)} to run")
     for scenario, n in Counter(t.scenario for t in plan.trials).items():
         console.print(f"  {scenario}: {n} trials")
@@ -41,7 +124,7 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console)
         cached = not m.given_path and plan.model_path(backbone, source).is_file()
         console.print(f"  checkpoint {backbone}/{source}: {what}{' (cached)' if cached else ''}")
 
-    for line in sizing_lines(plan):
+    for line in sizing_lines(plan, todo=todo):
         console.print(f"  {escape(line)}")
     if plan.text_sets:
         cached = sum(1 for j in plan.text_sets if j.key.path(plan.paths.render).is_file())
@@ -55,7 +138,8 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console)
 
 
 def announce_generation(name: str, dataset, console: Console) -> None:
-    """Say so before a generated dataset is built on first use (it takes a few seconds and prints nothing)."""
+    """Say so when a generated dataset is not generated yet: `submit` builds it on first use (it takes a while and
+    prints nothing); `plan` only says so."""
     location = getattr(dataset, "location", None)
     config = getattr(dataset, "config", None)
     if location is None or config is None:
@@ -67,7 +151,7 @@ def announce_generation(name: str, dataset, console: Console) -> None:
         if getattr(config, "version", 1) == 2:  # test clips at their native size, train clips cheaper
             train_px = min(config.train_size or config.size, config.size)
             sizes = f"test {config.size}px {config.fps} fps, train {train_px}px"
-        console.print(f"generating dataset {name} ({config.n_train} train / {config.n_test} test clips, "
-                      f"{sizes}, H.264) into {location} (first use only) ...")
+        console.print(f"  dataset {name} is generated on first use ({config.n_train} train / {config.n_test} test "
+                      f"clips, {sizes}, H.264) into {location}")
 
 

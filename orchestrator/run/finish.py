@@ -10,7 +10,7 @@ from orchestrator.config.schema import GridSpec
 from orchestrator.planning.plan import Plan
 from orchestrator.record.ledger import TrialLedger
 from orchestrator.record.mlflow_store import Tracker, error_name
-from orchestrator.record.sync import start_parent, sync_store
+from orchestrator.record.sync import sync_grid
 from orchestrator.report.outputs import write_grid_outputs
 from orchestrator.run.options import SubmitReport
 
@@ -27,23 +27,16 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
     outputs = write_grid_outputs(grid, plan.trials, paths.grid_dir(grid.name), paths.ledger)
     if outputs.error:
         console.print(f"[red]tables and report not written ({outputs.error}); the ledger has every result: "
-                      f"python -m orchestrator report {grid.source}[/]")
+                      f"mlvp report {grid.source}[/]")
     elif outputs.report_error:
-        console.print(f"[yellow]report not written ({outputs.report_error}); python -m orchestrator report "
+        console.print(f"[yellow]report not written ({outputs.report_error}); mlvp report "
                       f"{grid.source}[/]")
     report.tables, report.outputs = outputs.files, outputs
     n_ok = outputs.ok
     try:
         if summary is None:  # nothing ran: sync only, with a parent run only when something is logged
             tracker = Tracker(report.tracking_uri, paths.results)
-            tracker.close_stale_parents(grid.name)
-
-            def parent_on_demand() -> str:
-                if report.parent_run_id is None:
-                    report.parent_run_id = start_parent(tracker, plan, submission, report.to_run, report.done_before)
-                return report.parent_run_id
-
-            sync_store(tracker, plan, ledger, parent_on_demand, console)
+            _, report.parent_run_id = sync_grid(tracker, plan, ledger, console, submission, close=False)
         if tracker is not None and report.parent_run_id:
             tracker.finish_parent(report.parent_run_id, {
                 "trials_ok": n_ok, "trials_failed": outputs.failed,
@@ -54,7 +47,7 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
     except Exception as err:  # the ledger and tables are safe; the next submit or `sync` updates the store
         console.print(f"[yellow]MLflow store {report.tracking_uri} not updated ({error_name(err)}: "
                       f"{_first_line(err)}); results are in the ledger: "
-                      f"python -m orchestrator sync {grid.source} brings the store up to date[/]")
+                      f"mlvp sync {grid.source} brings the store up to date[/]")
     report.seconds = time.time() - t_start
     console.print(f"done in {report.seconds:.0f}s: {counts['ok']} trials ok, {counts['failed']} failed now; "
                   f"{n_ok}/{len(plan.trials)} cells of the grid done")

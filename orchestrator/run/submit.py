@@ -37,22 +37,24 @@ from orchestrator.config.schema import GridSpec
 from orchestrator.planning.environment import checkpoint_paths, trial_environment
 from orchestrator.planning.needs import set_need, trial_needs
 from orchestrator.planning.paths import Paths, check_writable
-from orchestrator.planning.plan import Plan, build_plan, missing_videos, plan_for_sizing
+from orchestrator.planning.plan import Plan, build_plan, check_hub_k, missing_videos, plan_for_sizing
 from orchestrator.record.ledger import TrialLedger
 from orchestrator.record.mlflow_store import check_store, default_tracking_uri
 from orchestrator.record.recorder import LiveRecorder
 from orchestrator.record.sync import ledger_as_of, new_submission_id, select_trials, start_parent, sync_store
 from orchestrator.record.tracker_process import TrackerProcess
 from orchestrator.run import ray_env
-from orchestrator.run.console import make_console, print_plan
+from orchestrator.run.console import Terminated, make_console, print_plan
 from orchestrator.run.finish import finish
 from orchestrator.run.gate import ReadyGate
 from orchestrator.run.options import TRIAL_HOOK_ENV, SubmitOptions, SubmitReport
 from orchestrator.run.pipeline import Pipeline
 
 
-def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
-    console = make_console()
+def submit(grid_path: str, opts: SubmitOptions, console: Console | None = None) -> SubmitReport:
+    """Run a grid end to end (module docstring); `console`: where our lines go (default: stdout). A dry run plans
+    and prints only: it writes nothing and starts nothing."""
+    console = console or make_console()
     t_start = time.time()
     paths = Paths.make(opts.results_dir, opts.cache_dir)
     if opts.dry_run:  # sized whether or not the data is on disk yet: what is missing is listed (orchestrator/planning/plan.py)
@@ -63,11 +65,12 @@ def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
     if not opts.dry_run:  # what would fail later, checked before anything starts: the folders, then the store
         check_writable(paths.results)
         check_writable(paths.cache)
-    ledger = TrialLedger(paths.ledger)
+    ledger = TrialLedger(paths.ledger, read_only=opts.dry_run)
     if not opts.dry_run:
         plan = build_plan(grid, paths)
     plan.notes.extend(missing_videos(plan))   # all at once, before anything starts; none of a split's: PlanError
-    check_hub_k(plan)
+    if not opts.dry_run:
+        check_hub_k(plan)
     todo, status = select_trials(plan, ledger, opts.only_failed, opts.rerun, opts.incomplete)
     done_before = sum(1 for s in status.values() if s == "ok")
     print_plan(plan, status, todo, console)
@@ -98,18 +101,6 @@ def submit(grid_path: str, opts: SubmitOptions) -> SubmitReport:
         tracker.close()
 
 
-def check_hub_k(plan: Plan) -> None:
-    """runtime.hub_k counts how often each gallery item is among a query's k nearest: a k above a target's gallery
-    size is an error up front (one line), not a failure in every trial."""
-    k = plan.grid.runtime.hub_k
-    for name in dict.fromkeys(t.dataset for t in plan.trials):
-        try:
-            n = len(plan.datasets[name].test)
-        except Exception:   # size unknown before the data is on disk (plan lists what is missing)
-            continue
-        if n and k > n:
-            raise ValueError(f"runtime.hub_k is {k} but the test split of {name} has {n} items (the gallery): "
-                             f"set hub_k to at most {n} (the paper uses 10)")
 
 
 
@@ -149,7 +140,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
         sync_store(tracker, plan, ledger, lambda: report.parent_run_id, console, as_of)
 
     tracker.later(open_store, recorder.untracked)
-    status = "FINISHED"
+    status, stopped = "FINISHED", None
     try:
         with progress:
             pipeline.start()
@@ -161,12 +152,13 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
                        on_result=recorder.result, on_crash=recorder.crash, gate=gate,
                        reuse_actors=pipeline.slots >= 2, wave=rt.trials_per_wave)
             pipeline.finish()   # the render sets no remaining trial needed, the text sets; re-raises a stage error
-            progress.update(recorder.task, total=len(todo) - pipeline.checked)
-    except KeyboardInterrupt:
-        status = "KILLED"
+            progress.update(recorder.task, advance=pipeline.checked)   # the clean cells the check ran: of the total
+    except KeyboardInterrupt as err:   # Ctrl-C, or SIGTERM (Terminated): the finished trials stay recorded
+        status, stopped = "KILLED", err
         pipeline.stop()
-        console.print(f"[yellow]interrupted: every finished trial is in the ledger; run the rest with: "
-                      f"python -m orchestrator resume {grid.source}[/]")
+        why = "stopped by SIGTERM" if isinstance(err, Terminated) else "interrupted"
+        console.print(f"[yellow]{why}: every finished trial is in the ledger; run the rest with: "
+                      f"mlvp resume {grid.source}[/]")
     except BaseException:
         pipeline.stop()
         try:  # refused (check) or broken: the parent run says so; no tables (nothing complete was produced)
@@ -196,7 +188,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     finish(plan, grid, ledger, report, console, t_start, summary, recorder.counts, status, submission,
            tracker if recorder.tracking else None)
     if status == "KILLED":
-        raise KeyboardInterrupt
+        raise stopped
     return report
 
 

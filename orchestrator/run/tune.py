@@ -16,16 +16,17 @@ next trial whose needs are all met, in plan order, and tells Tune "not yet" (Non
 scheduling, retrying and recording the trials it has. So Ray Tune stays the trial scheduler and the render cache
 stays the hand-off: a trial reads its clips from the cache exactly as before, only later.
 
-Waves: Ray Tune keeps a `Trial` object per trial on the driver until `Tuner.fit` returns (plain Tune grew the driver
-by ~66 KB a trial at 4,270 trials, benchmarks/RESULTS.md section 15). `RecordingScheduler` drops Tune's references
-to finished trials as the `fit` goes on (`_drop_finished`), so by default a submission's trials run in one
-`Tuner.fit` with the driver flat. `run_trials` can still run several `Tuner.fit` one after another on the same gate
-(`wave`: each hands out at most that many trials; its `GatedSearcher` says FINISHED once it has); the cost is a
-barrier at each wave's end: the next wave starts when the last trial of this one finishes, and its trial actors
-start afresh (measured in section 15). A wave also ends when it is idle (every trial it handed out finished, none
-ready for 2 s: `GatedSearcher`) while a producer waits for resources its idle actors hold (or after 30 s idle), so
-that the producers get the cluster; `run_trials` waits on the gate, holding no trial actor, and starts the next wave
-when a trial is ready. An idle wave whose producers are running keeps its actors, saving a new wave's start.
+Waves: Ray Tune keeps a `Trial` object per trial on the driver until `Tuner.fit` returns (~11 KB a trial and its
+JSON state at the fit's end: docs/notes/2026-11-27-overhead.md). A submission's trials run in one `Tuner.fit` by
+default; `run_trials` can run several `Tuner.fit` one after another on the same gate (`wave`: each hands out at most
+that many trials; its `GatedSearcher` says FINISHED once it has), which bounds what the driver holds at the cost of
+a barrier at each wave's end (the next wave starts when the last trial of this one finishes, with fresh actors). A
+wave also ends when it is idle (every trial it handed out finished, none ready for 2 s: `GatedSearcher`) while a
+producer waits for resources its idle actors hold (or after 30 s idle), so that the producers get the cluster;
+`run_trials` waits on the gate, holding no trial actor, and starts the next wave when a trial is ready. An idle wave
+whose producers are running keeps its actors, saving a new wave's start.
+
+Only Tune's public interfaces are used: `Tuner`, a `Searcher`, a `TrialScheduler` and `tune.report`.
 """
 from __future__ import annotations
 
@@ -97,17 +98,6 @@ def _short_name(trial) -> str:
     return f"{spec.backbone}_{spec.method_label}_{spec.direction}_{spec.cell}_{spec.key[:8]}"
 
 
-def forget_results(trial) -> None:
-    """What Tune keeps of a finished trial's results on the driver until its `Tuner.fit` ends, dropped: its last
-    result (Tune's own fields and a copy of the config) and the running statistics of every number in it (Tune adds
-    its own: times, pid, iteration; max/min/avg/last and two deques each), ~12 KB a trial, and the same again as the
-    trial's JSON state when Tune saves the experiment at the fit's end (tracemalloc, benchmarks/RESULTS.md section
-    15). Nothing reads them once the trial has finished: RecordingScheduler has handed the result to the ledger,
-    the searcher is told after the scheduler, and `run_trials` reads only the count of errors."""
-    md = trial.run_metadata
-    md.last_result = {k: md.last_result[k] for k in ("done", "training_iteration", "trial_id") if k in md.last_result}
-    md.metric_analysis = {}
-    md.metric_n_steps = {}
 
 
 def trial_error_message(trial) -> str:
@@ -251,15 +241,15 @@ class GatedSearcher(Searcher):
 
 
 def producers_waiting() -> bool:
-    """Whether a task or actor of the connected Ray cluster waits for resources: the demand its raylets report
-    (about once a second) to the GCS, which Ray's autoscaler reads (ray/autoscaler/v2/sdk.py). Tune's trials ask
-    through placement groups (the gang requests), so in an idle wave these single requests are the producers'
-    (render actors, fine-tunes, asset tasks). About 1 ms a call."""
+    """Whether a task or actor of the connected Ray cluster waits for resources: the demand the cluster's raylets
+    report to the GCS (about once a second), read through Ray's autoscaler SDK as `ray status` reads it. Tune's trials
+    ask through placement groups (the gang requests), so in an idle wave these single requests are the producers'
+    (render actors, fine-tunes, asset tasks)."""
     import ray
-    from ray.autoscaler.v2.sdk import get_cluster_resource_state
+    from ray.autoscaler.v2.sdk import get_cluster_status
 
-    state = get_cluster_resource_state(ray._private.worker.global_worker.gcs_client)
-    return any(req.count > 0 for req in state.pending_resource_requests)
+    status = get_cluster_status(ray.get_runtime_context().gcs_address)
+    return any(b.count > 0 for d in status.resource_demands.ray_task_actor_demand for b in d.bundles_by_count)
 
 
 class FirstPendingScheduler(FIFOScheduler):
@@ -288,48 +278,23 @@ class FirstPendingScheduler(FIFOScheduler):
         return None
 
 
-DROP_EVERY = 64   # finished trials at the head of Tune's list before RecordingScheduler drops them (in one slice)
 
 
 class RecordingScheduler(FirstPendingScheduler):
     """The driver's side of every trial, in Tune's scheduler (FIFO order: FirstPendingScheduler): hands each
     finished trial's result to `on_result` exactly once and a trial whose worker crashed (after Tune's retries) to
-    `on_crash`, then drops what Tune keeps of its results (`forget_results`).
+    `on_crash`.
 
     A scheduler rather than a Tune callback: to count the callbacks a user passes, Tune imports its MLflow, W&B and
-    Comet integrations, MLflow itself included (ray/air/_internal/usage.py `tag_callbacks`, ~40 MB of the driver's
-    memory, benchmarks/RESULTS.md section 15); with no callback passed it imports nothing. Tune gives the scheduler
-    each result before the callbacks, and tells it of a trial's completion and final error where it tells them."""
+    Comet integrations, MLflow itself included (~40 MB of the driver's memory, docs/notes/2026-11-27-overhead.md);
+    with no callback passed it imports nothing. Tune gives the scheduler each result before the callbacks, and tells
+    it of a trial's completion and final error where it tells them."""
 
     def __init__(self, on_result: Callable[[dict[str, Any]], None], on_crash: Callable[[dict[str, Any], str], None]):
         super().__init__()
         self.seen: set[str] = set()
         self.on_result, self.on_crash = on_result, on_crash
-        self.crashed = 0    # trials handed to on_crash: Tune's ResultGrid no longer sees the trials dropped below
-
-    def choose_trial_to_run(self, tune_controller) -> Trial | None:
-        trial = super().choose_trial_to_run(tune_controller)
-        if self._finished_prefix >= DROP_EVERY:
-            self._drop_finished(tune_controller)
-        return trial
-
-    def _drop_finished(self, tune_controller) -> None:
-        """Tune's references to the finished prefix of its trial list, dropped, so those `Trial` objects are freed
-        while the `fit` goes on rather than when it ends (~11 KB a trial, and as much again as each trial's JSON state
-        at the fit's end: benchmarks/RESULTS.md section 15). Tune holds a finished trial in its list, in the set of
-        its status (`_stopped_trials`, `_failed_trials`: bookkeeping that nothing reads back) and in the set of trials
-        whose state it saves next (`_trials_to_cache`: with periodic saves off, every trial changed since the `fit`
-        started); its actor bookkeeping lets go of a trial by itself once the actor is stopped or cached. A finished
-        trial never changes status again within a `fit` (FirstPendingScheduler; Tune skips setting a status a trial
-        already has), and nothing of ours reads Tune's trials or its experiment state: the ledger is the record,
-        errors are counted here (tests/test_waves.py counts the live `Trial` objects)."""
-        controller = getattr(tune_controller, "_tune_controller", tune_controller)   # past the wrapper Tune gives
-        trials = controller.get_trials()
-        gone = trials[:self._finished_prefix]
-        del trials[:self._finished_prefix]
-        self._finished_prefix = 0
-        for held in ("_stopped_trials", "_failed_trials", "_trials_to_cache"):
-            getattr(controller, held, set()).difference_update(gone)
+        self.crashed = 0    # trials handed to on_crash
 
     def __getstate__(self):
         # Tune pickles its scheduler into tuner.pkl for Tuner.restore; the hooks hold the driver's ledger, tracker
@@ -343,19 +308,15 @@ class RecordingScheduler(FirstPendingScheduler):
         return self.CONTINUE
 
     def on_trial_error(self, tune_controller, trial):
-        # Tune tells the scheduler of every crash, also of one it retries (TuneController._try_recover ->
-        # _requeue_trial: retries left, the trial just marked ERROR, then PENDING again); it gives up on a RUNNING
-        # trial with none left (should_recover False) or on a PENDING one (its actor never started): that is the result
+        # Tune tells the scheduler of every crash, also of one it retries (retries left: the trial is marked ERROR,
+        # then PENDING again); it gives up on a RUNNING trial with none left (should_recover False) or on a PENDING
+        # one (its actor never started): that is the result
         if trial.status != Trial.PENDING and trial.should_recover():
             return
         if trial.trial_id not in self.seen:
             self.seen.add(trial.trial_id)
             self.crashed += 1
             self.on_crash(trial.config["spec"], trial_error_message(trial))
-        forget_results(trial)
-
-    def on_trial_complete(self, tune_controller, trial, result):
-        forget_results(trial)
 
 
 @contextlib.contextmanager
@@ -450,7 +411,7 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
                 tuner.fit()
             errors += scheduler.crashed
             trials += searcher.handed
-            del tuner   # and with it the Trial objects Tune still held (those not yet dropped: _drop_finished)
+            del tuner   # and with it the Trial objects Tune held for this wave
             gc.collect()
             if searcher.handed < quota and not searcher.ended_idle:   # the gate said FINISHED (closed, none left)
                 break

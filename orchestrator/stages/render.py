@@ -1,8 +1,9 @@
-"""Render stage: perturbed query clips into the render cache with a Ray Data actor pool on CPUs.
+"""Render stage: perturbed query clips into the render cache with Ray Data tasks on CPUs.
 
 One input row per source video lists every (perturbation, severity) the plan needs from it, so each video is decoded
 once and shared work (the uniform sample, optical flow) is done once across severities. Only small rows (paths,
-keys, statuses) travel through the object store: actors decode, perturb, resize and write to the cache themselves.
+keys, statuses) travel through the object store: the tasks decode, perturb, resize and write to the cache
+themselves (`render_rows`).
 
 `render` fills the cache and returns when every clip is there (the `render` command, `check`'s clean clips).
 `RenderStream` is what `submit` uses to overlap rendering with trials (docs/architecture.md, "Overlap"): a *render
@@ -57,44 +58,40 @@ class RenderSummary:
                                                       "severity", "error")})
 
 
-class RenderActor:
-    """Ray Data callable class: one per CPU actor; renders every request of each input row."""
+def render_rows(batch: dict[str, Any], cache_root: str, seed: int, num_frames: int, resolution: int,
+                assets: dict[str, dict[str, Any]] | None = None) -> dict[str, list]:
+    """The Ray Data task function of the render stage: renders every request of each input row (one source video)
+    into the cache and returns one output row per clip. A task, not an actor: nothing is worth keeping between rows
+    (the cache is a folder), and Ray restarts a failed task where an actor pool's restart needs its constructor
+    arguments kept in the object store."""
+    import cv2
+    import torch
 
-    def __init__(self, cache_root: str, seed: int, num_frames: int, resolution: int,
-                 assets: dict[str, dict[str, Any]] | None = None):
-        import cv2
-        import torch
+    from workloads.render_cache import render_video   # OpenCV, PyAV, torch: only in the render workers
 
-        cv2.setNumThreads(1)
-        torch.set_num_threads(1)
-        self.cache = RenderCache(cache_root)
-        self.seed, self.num_frames, self.resolution = seed, num_frames, resolution
-        self.assets = assets or {}
-
-    def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
-        from workloads.render_cache import render_video
-
-        out: dict[str, list] = {k: [] for k in ("dataset", "video_id", "video_path", "perturbation", "severity",
-                                                "status", "error", "faithful", "fallback", "seconds")}
-        for i in range(len(batch["video_id"])):
-            ds, vid, path = str(batch["dataset"][i]), str(batch["video_id"][i]), str(batch["video_path"][i])
-            reqs = json.loads(batch["requests"][i])
-            keys = [RenderKey(ds, str(batch["data_version"][i]), vid, p, int(s), self.seed, self.num_frames,
-                              self.resolution, a) for p, s, a in reqs]
-            assets = {**self.assets.get(ds, {}), **json.loads(batch["extra_assets"][i]), "video_id": vid,
-                      "video_path": path}
-            for key, st in zip(keys, render_video(path, keys, self.cache, assets)):
-                out["dataset"].append(ds)
-                out["video_id"].append(vid)
-                out["video_path"].append(path)
-                out["perturbation"].append(key.perturbation)
-                out["severity"].append(key.severity)
-                out["status"].append(st["status"])
-                out["error"].append(st["error"] or "")
-                out["faithful"].append(bool(st["faithful"]))
-                out["fallback"].append(st.get("fallback") or "")
-                out["seconds"].append(float(st["seconds"]))
-        return out
+    cv2.setNumThreads(1)
+    torch.set_num_threads(1)
+    cache, assets = RenderCache(cache_root), assets or {}
+    out: dict[str, list] = {k: [] for k in ("dataset", "video_id", "video_path", "perturbation", "severity",
+                                            "status", "error", "faithful", "fallback", "seconds")}
+    for i in range(len(batch["video_id"])):
+        ds, vid, path = str(batch["dataset"][i]), str(batch["video_id"][i]), str(batch["video_path"][i])
+        reqs = json.loads(batch["requests"][i])
+        keys = [RenderKey(ds, str(batch["data_version"][i]), vid, p, int(s), seed, num_frames, resolution, a)
+                for p, s, a in reqs]
+        extra = {**assets.get(ds, {}), **json.loads(batch["extra_assets"][i]), "video_id": vid, "video_path": path}
+        for key, st in zip(keys, render_video(path, keys, cache, extra)):
+            out["dataset"].append(ds)
+            out["video_id"].append(vid)
+            out["video_path"].append(path)
+            out["perturbation"].append(key.perturbation)
+            out["severity"].append(key.severity)
+            out["status"].append(st["status"])
+            out["error"].append(st["error"] or "")
+            out["faithful"].append(bool(st["faithful"]))
+            out["fallback"].append(st.get("fallback") or "")
+            out["seconds"].append(float(st["seconds"]))
+    return out
 
 
 @contextlib.contextmanager
@@ -133,10 +130,10 @@ def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
     size = max(1, min(actors or cpus, len(rows)))
     ds = ray.data.from_items(rows, override_num_blocks=min(len(rows), size * 8))
     ds = ds.map_batches(
-        RenderActor, batch_size=1, compute=ray.data.ActorPoolStrategy(size=size), num_cpus=1,
-        fn_constructor_kwargs={"cache_root": str(plan.paths.render), "seed": plan.grid.seed,
-                               "num_frames": plan.grid.runtime.num_frames, "resolution": plan.resolution,
-                               "assets": assets or {}})
+        render_rows, batch_size=1, compute=ray.data.TaskPoolStrategy(size=size), num_cpus=1,
+        fn_kwargs={"cache_root": str(plan.paths.render), "seed": plan.grid.seed,
+                   "num_frames": plan.grid.runtime.num_frames, "resolution": plan.resolution,
+                   "assets": assets or {}})
     columns = (TextColumn("rendering"), BarColumn(), MofNCompleteColumn(), TextColumn("clips"),
                TextColumn("{task.fields[rate]} clips/s"), TextColumn("{task.fields[failed]} failed"),
                TimeElapsedColumn())
@@ -169,22 +166,23 @@ class RenderStream:
     """Render sets in the background, announcing each as it completes (module docstring).
 
     `add(sets, video_assets)` queues a batch of sets (in order); one thread runs the batches one after another,
-    each through a Ray Data actor pool of `actors` CPU actors (`actor_cls`, by default RenderActor: the sim in
+    each through Ray Data tasks, at most `actors` at once (`render_fn`, by default `render_rows`: the sim in
     benchmarks/cluster_sim.py passes its own, which sleeps its cost). `on_ready(need)` is called from that thread for
     every set: at once for sets already cached, else when its last clip comes out. `close()` says no batch follows;
     `join()` waits for the rest and returns the summary (re-raising an error of the thread)."""
 
     def __init__(self, plan: Plan, on_ready, *, assets: dict[str, dict[str, Any]] | None = None,
-                 actors: int | None = None, progress=None, actor_cls=None, actor_kwargs: dict | None = None,
+                 actors: int | None = None, progress=None, render_fn=None, render_kwargs: dict | None = None,
                  plan_rows=None, cpus_per_actor: float = 1):
         self.plan, self.on_ready = plan, on_ready
         self.assets, self.actors = assets or {}, actors
         self.progress, self.task = progress, None
-        self.actor_cls = actor_cls or RenderActor
-        self.actor_kwargs, self.cpus_per_actor = actor_kwargs, cpus_per_actor
+        self.render_fn = render_fn or render_rows
+        self.render_kwargs, self.cpus_per_actor = render_kwargs, cpus_per_actor
         self.plan_rows = plan_rows or (lambda sets, va: plan_set_rows(self.plan, RenderCache(self.plan.paths.render),
                                                                         sets, va))
         self.summary = RenderSummary()
+        self._busy = 0.0                              # seconds spent rendering batches (not waiting for one)
         self.ready_at: dict[RenderSet, float] = {}
         self.first_output_at: float | None = None     # the first clip out of the actor pool (its start-up before)
         self.error: BaseException | None = None
@@ -209,7 +207,7 @@ class RenderStream:
 
     def join(self, timeout: float | None = None) -> RenderSummary:
         self._thread.join(timeout)
-        self.summary.seconds = time.time() - self._t0
+        self.summary.seconds = self._busy
         if self.error is not None:
             raise self.error
         return self.summary
@@ -232,9 +230,17 @@ class RenderStream:
             if not self._stop.is_set():
                 self.error = err
         finally:
-            self.summary.seconds = time.time() - self._t0
+            self.summary.seconds = self._busy
 
     def _batch(self, sets: list[RenderSet], video_assets) -> None:
+        """One batch of sets through Ray Data; its time counts in the summary's seconds (rendering, not waiting)."""
+        t0 = time.time()
+        try:
+            self._render(sets, video_assets)
+        finally:
+            self._busy += time.time() - t0
+
+    def _render(self, sets: list[RenderSet], video_assets) -> None:
         rows, remaining, reused = self.plan_rows(sets, video_assets)
         self.summary.reused += reused
         total = sum(remaining.values())
@@ -255,12 +261,12 @@ class RenderStream:
         # many small blocks, in order: the first sets' rows are dispatched (and finish) first
         blocks = min(len(rows), max(size * 8, min(len(rows) // 2, 10000)))
         ds = ray.data.from_items(rows, override_num_blocks=blocks)
-        kwargs = self.actor_kwargs if self.actor_kwargs is not None else {
+        kwargs = self.render_kwargs if self.render_kwargs is not None else {
             "cache_root": str(self.plan.paths.render), "seed": self.plan.grid.seed,
             "num_frames": self.plan.grid.runtime.num_frames, "resolution": self.plan.resolution,
             "assets": self.assets}
-        ds = ds.map_batches(self.actor_cls, batch_size=1, compute=ray.data.ActorPoolStrategy(size=size),
-                            num_cpus=self.cpus_per_actor, fn_constructor_kwargs=kwargs)
+        ds = ds.map_batches(self.render_fn, batch_size=1, compute=ray.data.TaskPoolStrategy(size=size),
+                            num_cpus=self.cpus_per_actor, fn_kwargs=kwargs)
         with quiet_ray_data():
             for row in ds.iter_rows():
                 if self._stop.is_set():

@@ -54,3 +54,31 @@ def list_clip_models() -> list[str]:
 
     _register_configs()
     return open_clip.list_models()
+
+
+def weights_file_problem(path: str | Path) -> str | None:
+    """Why a file cannot be a weights file, from its first bytes (None: it may be one): torch.save's zip archive
+    (TorchScript too), a legacy pickle, or safetensors (an 8-byte header length, then a JSON header). Read without
+    torch, so a grid naming random bytes fails when it loads, not in every trial."""
+    with open(path, "rb") as f:
+        head = f.read(9)
+    if head[:4] == b"PK\x03\x04" or head[:1] == b"\x80":
+        return None
+    if len(head) == 9 and head[8:9] == b"{" and 0 < int.from_bytes(head[:8], "little") < 100_000_000:
+        return None
+    what = "empty" if not head else f"starts with {head[:8]!r}"
+    return (f"not a weights file ({what}; a checkpoint is a torch.save zip or pickle, or safetensors): "
+            "check the path, or convert it (mlvp convert-checkpoint --help)")
+
+
+def project_models() -> list[str]:
+    """The open_clip configs this project ships (model_configs/: mlvp-tiny, mlvp-micro, ...)."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
+
+
+def known_models() -> list[str]:
+    """Every config name `model_config` can read without importing open_clip: the project's and open_clip's own."""
+    spec = importlib.util.find_spec("open_clip")
+    folders = [CONFIG_DIR] + [Path(p) / "model_configs" for p in (spec.submodule_search_locations or [])
+                              if spec is not None]
+    return sorted({p.stem for f in folders for p in f.glob("*.json")})

@@ -176,6 +176,13 @@ class SyntheticDataset(MSRVTTDataset):
         """Content key of the data, from the generator config and version alone (nothing is generated)."""
         return self.location.name
 
+    def planned_size(self, split: str = "test") -> int:
+        """The pairs of the test split (one caption per test clip), known from the config without generating it:
+        planning a grid writes nothing (orchestrator/planning/plan.py)."""
+        if split != "test":
+            raise ValueError(f"planned_size: only the test split's size is known before generation, not {split!r}")
+        return self.config.n_test
+
     def describe(self) -> dict:
         return {"name": self.name, "root": str(self.location.parent), "data_dir": str(self.location),
                 "generator_version": self.config.version, "digest": config_digest(self.config),

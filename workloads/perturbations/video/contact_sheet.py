@@ -1,4 +1,4 @@
-"""Contact sheet of the registered video perturbations of one clip (`python -m orchestrator render --contact-sheet`).
+"""Contact sheet of the registered video perturbations of one clip (`mlvp render --contact-sheet`).
 
     image = contact_sheet(video, seed=0, num_frames=12, frame=None, strip_severity=3, **assets)
     save_png("sheet.png", image)
