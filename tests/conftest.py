@@ -20,9 +20,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # every trial the tests run calls tests/fault_injection.py's hook before it runs (a no-op unless a test sets its
 # MLVP_TEST_FAULT_* variables): the trial hook of docs/testing.md, set in the environment that the CLI processes
 # and the Ray workers inherit, with this folder on their import path
+# (the repository's root first: CLI processes and workers import this checkout's code, whichever is installed)
 TESTS = str(Path(__file__).resolve().parent)
-os.environ["PYTHONPATH"] = os.pathsep.join([TESTS, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                                                       if p and p != TESTS]])
+REPO = str(Path(__file__).resolve().parents[1])
+os.environ["PYTHONPATH"] = os.pathsep.join([REPO, TESTS, *[p for p in os.environ.get("PYTHONPATH", "").split(
+    os.pathsep) if p and p not in (REPO, TESTS)]])
 os.environ.setdefault("MLVP_TRIAL_HOOK", "fault_injection:before_trial")
 
 import torch  # noqa: E402
