@@ -47,8 +47,10 @@ def test_submit_runs_every_cell_logs_mlflow_writes_tables_and_resubmit_reuses(tm
     assert ((table["R1"] >= 0) & (table["R1"] <= 100)).all()
     # QS table in Table 1's layout: rows backbone x method, columns perturbation + Avg + Clean
     qs = pq.read_table(results / "micro" / "qs_R1.parquet").to_pandas()
-    assert list(qs.columns) == ["dataset", "direction", "severity", "backbone", "method", "gaussian_noise",
-                                "impulse_noise", "Avg", "Clean"]
+    cols = ["gaussian_noise", "impulse_noise", "Avg", "Clean"]
+    assert list(qs.columns) == ["dataset", "direction", "severity", "backbone", "method", *cols,
+                                *(f"{c}:state" for c in cols)]
+    assert (qs[[f"{c}:state" for c in cols]] == "ok").all().all()
     assert len(qs) == 2 * 2 * 2  # 2 severities x 2 backbones x 2 methods
     row = qs[(qs.severity == 5) & (qs.backbone == "xpool") & (qs.method == "tent")].iloc[0]
     assert row["Avg"] == pytest.approx((row["gaussian_noise"] + row["impulse_noise"]) / 2)

@@ -122,10 +122,12 @@ def test_tables_17_and_18_layouts(tmp_path, shared_cache):
     write_tables(entries, tmp_path / "t", grid)
     sev = pd.read_parquet(tmp_path / "t" / "mixed_severities.parquet")
     assert list(sev.columns) == ["dataset", "direction", "backbone", "method", "gaussian_noise", "impulse_noise",
-                                 "Avg"]
+                                 "Avg", "gaussian_noise:state", "impulse_noise:state", "Avg:state"]
+    assert set(sev["Avg:state"]) == {"ok"}
     assert sev["Avg"].iloc[0] == pytest.approx((0.0 + 1.0) / 2)
     types = pd.read_parquet(tmp_path / "t" / "mixed_types.parquet")
-    assert list(types.columns) == ["dataset", "direction", "backbone", "method", "20%", "80%", "Avg"]
+    assert list(types.columns) == ["dataset", "direction", "backbone", "method", "20%", "80%", "Avg", "20%:state",
+                                   "80%:state", "Avg:state"]
     assert (tmp_path / "t" / "mixed_tables.md").read_text().count("## ") == 2
 
 

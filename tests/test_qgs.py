@@ -10,7 +10,8 @@ from mlflow.tracking import MlflowClient
 from orchestrator.config.grid import load_grid, parse_grid
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
-from orchestrator.report.results import trial_rows, write_tables
+from orchestrator.report.results import write_tables
+from orchestrator.report.rows import trial_rows
 from orchestrator.config.scenarios import SCENARIOS
 from orchestrator.config.scenarios.base import PRETRAINED
 from workloads.backbones import create_backbone
@@ -117,14 +118,16 @@ def test_qgs_tables_have_the_paper_layout_and_missing_cells_stay_missing(tmp_pat
     # rows backbone x method, Source first; columns source->target x direction x R@1/R@5/R@10
     assert list(zip(cross["backbone"], cross["method"])) == [(b, m) for b in ("clip4clip", "xpool")
                                                              for m in ("source", "tent", "hat_vtr")]
-    assert list(cross.columns) == ["backbone", "method"] + [
-        f"{p}/{d}/{m}" for p in ("synthetic->synthetic_b", "synthetic_b->synthetic") for d in ("v2t", "t2v")
-        for m in ("R@1", "R@5", "R@10")]
+    names = [f"{p}/{d}/{m}" for p in ("synthetic->synthetic_b", "synthetic_b->synthetic") for d in ("v2t", "t2v")
+             for m in ("R@1", "R@5", "R@10")]
+    assert list(cross.columns) == ["backbone", "method"] + names + [f"{n}:state" for n in names]
     row = cross.set_index(["backbone", "method"]).loc[("xpool", "hat_vtr")]
     assert pd.isna(row["synthetic->synthetic_b/t2v/R@1"]) and row["synthetic->synthetic_b/v2t/R@5"] == 2.0
+    assert row["synthetic->synthetic_b/t2v/R@1:state"] == "missing" and row["synthetic->synthetic_b/v2t/R@5:state"] \
+        == "ok"
     zs = pd.read_parquet(tmp_path / "tables" / "qgs_zero_shot.parquet")
-    assert list(zs.columns) == ["backbone", "method"] + [f"synthetic_b/{d}/{m}" for d in ("v2t", "t2v")
-                                                         for m in ("R@1", "R@5", "R@10")]
+    zs_names = [f"synthetic_b/{d}/{m}" for d in ("v2t", "t2v") for m in ("R@1", "R@5", "R@10")]
+    assert list(zs.columns) == ["backbone", "method"] + zs_names + [f"{n}:state" for n in zs_names]
     hub = pd.read_parquet(tmp_path / "tables" / "qgs_zero_shot_hubness.parquet")
     assert "synthetic_b/v2t/Robin Hood" in hub.columns and (hub["synthetic_b/v2t/antihubs"] == 4.0).all()
     # the value of each cell is its own trial's

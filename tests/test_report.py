@@ -35,14 +35,14 @@ def test_report_by_name_tables_plots_and_mlflow(tiny_results):
     cells = pq.read_table(out / "report_tables.parquet").to_pandas()
     assert set(cells["state"]) == {"ok"}
     # the paper's layout: level groups (registry metadata), Source first, Avg and Clean columns
-    main_r1 = cells[(cells.table == "qs_R1") & (cells.severity == "mean")]
+    main_r1 = cells[cells.table == "qs_R1_mean"]
     assert list(dict.fromkeys(main_r1.column)) == ["gaussian_noise", "fog", "Avg", "Clean"]
     assert set(main_r1[main_r1.column.isin(["gaussian_noise", "fog"])].group) == {"low"}
     assert list(dict.fromkeys(main_r1.method)) == ["source", "tent"]
     # each number is the ledger's: a per-severity cell is that trial's R@1, the main cell the mean over severities
     by_cell = {(e["spec"]["method"], e["spec"]["perturbation"], e["spec"]["severity"]): e["metrics"]
                for e in r.entries.values()}
-    sev5 = cells[(cells.table == "qs_R1_severity") & (cells.severity == "5")].set_index(["method", "column"])
+    sev5 = cells[(cells.table == "qs_R1") & (cells.severity == "5")].set_index(["method", "column"])
     assert sev5.loc[("tent", "fog"), "value"] == pytest.approx(by_cell[("tent", "fog", 5)]["R1"])
     mean = main_r1.set_index(["method", "column"])
     assert mean.loc[("source", "gaussian_noise"), "value"] == pytest.approx(
@@ -85,7 +85,9 @@ def test_report_by_name_tables_plots_and_mlflow(tiny_results):
     assert len(client.search_runs([exp.experiment_id], "tags.level = 'low' and tags.method = 'tent'")) == 4
 
 
-def test_missing_and_failed_cells_are_never_numbers(tiny_results, tmp_path):
+def test_missing_and_failed_cells_are_never_numbers(tiny_results, tmp_path, capsys):
+    """One failed and one never-run cell read the same in every output: the console, qs_tables.md, the Parquet
+    tables, report_tables.parquet and the HTML page; a mean over fewer cells is marked partial and never bold."""
     r = tiny_results
     results = tmp_path / "results"
     shutil.copytree(r.results / "ledger", results / "ledger")
@@ -104,19 +106,41 @@ def test_missing_and_failed_cells_are_never_numbers(tiny_results, tmp_path):
     assert f'<a href="#err-{failed["key"]}">failed</a>' in page and f'id="err-{failed["key"]}"' in page
     assert "NonFiniteError: NaN scores at batch 2" in page
     cells = pq.read_table(out / "report_tables.parquet").to_pandas()
-    sev = cells[cells.table == "qs_R1_severity"].set_index(["severity", "method", "column"])
+    sev = cells[cells.table == "qs_R1"].set_index(["severity", "method", "column"])
     assert sev.loc[("5", "tent", "fog"), "state"] == "failed" and pd_isna(sev.loc[("5", "tent", "fog"), "value"])
     assert sev.loc[("5", "tent", "fog"), "error_key"] == failed["key"]
     assert sev.loc[("1", "source", "gaussian_noise"), "state"] == "missing"
     assert pd_isna(sev.loc[("1", "source", "gaussian_noise"), "value"])
     # a mean over severities with one never run is marked partial (over the one that ran), not averaged with zero
-    mean = cells[(cells.table == "qs_R1") & (cells.severity == "mean")].set_index(["method", "column"])
+    mean = cells[cells.table == "qs_R1_mean"].set_index(["method", "column"])
     assert mean.loc[("source", "gaussian_noise"), "state"] == "partial"
     assert mean.loc[("source", "gaussian_noise"), "value"] == pytest.approx(
         by[("source", "gaussian_noise", 5)]["metrics"]["R1"])
     assert mean.loc[("tent", "fog"), "state"] == "failed"
     md = (out / "report.md").read_text()
     assert "| failed |" in md and "missing" in md
+
+    # the same marks in every output: the console and qs_tables.md print the same Markdown rows
+    partial = f"{mean.loc[('source', 'gaussian_noise'), 'value']:.1f}*"
+    console = capsys.readouterr().out
+    tables_md = (results / "tiny" / "qs_tables.md").read_text()
+    for text in (console, tables_md, md):
+        assert "| failed |" in text and "| missing |" in text and f"| {partial} |" in text, text[-2000:]
+        assert f"**{partial}**" not in text   # a partial mean is never a column's best
+    assert console.index("mean over severity") < console.index("severity 1")   # the headline table first
+    # the Parquet tables: null values, with their states beside them
+    per_sev = pq.read_table(results / "tiny" / "qs_R1.parquet").to_pandas().set_index(["severity", "method"])
+    assert per_sev.loc[(5, "tent"), "fog:state"] == "failed" and pd_isna(per_sev.loc[(5, "tent"), "fog"])
+    assert per_sev.loc[(1, "source"), "gaussian_noise:state"] == "missing"
+    assert per_sev.loc[(1, "source"), "Avg:state"] == "partial"
+    headline = pq.read_table(results / "tiny" / "qs_R1_mean.parquet").to_pandas().set_index("method")
+    assert headline.loc["source", "gaussian_noise:state"] == "partial"
+    assert headline.loc["source", "gaussian_noise"] == pytest.approx(mean.loc[("source", "gaussian_noise"), "value"])
+    trials = pq.read_table(results / "tiny" / "trials.parquet").to_pandas().set_index("key")
+    assert trials.loc[missing["key"], "status"] == "missing" and trials.loc[failed["key"], "status"] == "failed"
+    # and the page: a partial cell says over how many, the missing one reads missing
+    assert f'<td class="partial" title="mean over 1 of 2">{partial}</td>' in page
+    assert '<td class="missing">missing</td>' in page
 
 
 def pd_isna(v) -> bool:
@@ -146,7 +170,7 @@ def test_severity_figures_redrawn_in_one_figure_match_figures_drawn_alone(tmp_pa
     import pandas as pd
 
     from orchestrator.report.plots import plot_severity
-    from orchestrator.report.tables import QS
+    from orchestrator.report.rows import QS
     from workloads.perturbations.video import VIDEO_PERTURBATIONS
     from workloads.spec import CLEAN
 

@@ -12,7 +12,7 @@ from orchestrator.config.errors import GridError
 from orchestrator.config.grid import load_grid
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
-from orchestrator.report.results import table_order
+from orchestrator.report.rows import table_order
 from orchestrator.config.scenarios.query_shift import QueryShift
 from tests.conftest import write_micro_grid
 from workloads.perturbations.text import TEXT_PERTURBATIONS
@@ -132,10 +132,11 @@ def test_table3_layout_groups_text_types_by_level():
     assert len(tables) == 1
     t = tables[0]
     assert "character 7" in t.title and "word 2" in t.title
-    assert list(t.frame.columns) == ["ocr", "char_swap", "Avg character", "word_swap", "Avg word", "Avg", "Clean"]
-    row = t.frame.loc[("clip4clip", "source")]
+    assert [c[1] for c in t.columns] == ["ocr", "char_swap", "Avg character", "word_swap", "Avg word", "Avg", "Clean"]
+    assert [c[0] for c in t.columns][:5] == ["character", "character", "character", "word", "word"]
+    row = {c[1]: t.cell(("clip4clip", "source"), c).number for c in t.columns}
     assert row["Avg character"] == 25.0 and row["Avg"] == 30.0 and row["Clean"] == 50.0
-    assert list(t.frame.index) == [(b, m) for b in ("clip4clip", "xpool") for m in ("source", "tent")]
+    assert t.rows == [(b, m) for b in ("clip4clip", "xpool") for m in ("source", "tent")]
 
 
 def load_grid_like(backbones, methods):
@@ -181,8 +182,9 @@ def test_perturbed_t2v_end_to_end_through_ray_tune_mlflow_and_parquet(tmp_path, 
     assert (trials["n_queries"] == 40).all()
 
     table = pq.read_table(results / "text_e2e" / "qs_R1.parquet").to_pandas()
-    assert list(table.columns) == ["dataset", "direction", "severity", "backbone", "method", "char_swap",
-                                   "Avg character", "word_swap", "Avg word", "Avg", "Clean"]
+    cols = ["char_swap", "Avg character", "word_swap", "Avg word", "Avg", "Clean"]
+    assert list(table.columns) == ["dataset", "direction", "severity", "backbone", "method", *cols,
+                                   *(f"{c}:state" for c in cols)]
     assert not table[["char_swap", "word_swap", "Clean"]].isna().any().any()
 
     sets = sorted((shared_cache / "render" / "_text" / "synthetic").glob("*.json"))

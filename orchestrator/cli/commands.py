@@ -20,7 +20,9 @@ from orchestrator.record.ledger import TrialLedger
 from orchestrator.record.mlflow_store import StoreOfAnotherFolder, Tracker, check_store, default_tracking_uri
 from orchestrator.record.sync import select_trials, sync_grid
 from orchestrator.report.page import write_report
-from orchestrator.report.results import scenario_tables, to_markdown, write_tables
+from orchestrator.report.formats import LEGEND, table_markdown
+from orchestrator.report.results import scenario_tables, write_tables
+from orchestrator.report.rows import planned_rows
 from orchestrator.run import ray_env
 from orchestrator.run.console import log_path, make_console, print_plan, quiet_libraries
 from orchestrator.run.options import SubmitOptions
@@ -216,18 +218,18 @@ def cmd_report(args) -> int:
                       f"nothing to report: run it first (mlvp submit {args.grid}) or give --results-dir")
         return 1
     grid_dir = plan.paths.grid_dir(grid.name)
-    files = write_tables(entries, grid_dir, grid)
-    import pyarrow.parquet as pq   # pyarrow is loaded by write_tables already
-
-    df = pq.read_table(files[0]).to_pandas()
+    df = planned_rows(plan.trials, entries, lists=False)
     if args.metric not in df.columns:
         metrics = [c for c in df.columns if c[0].isupper() or c.startswith("hub_")]
         raise ValueError(f"unknown metric {args.metric!r}; metrics: {', '.join(metrics)}")
+    files = write_tables(entries, grid_dir, grid, plan.trials, df)
     report_files = write_report(grid, plan.trials, entries, grid_dir, ledger)
-    console.print(f"{len(entries)}/{len(plan.trials)} cells in the ledger")
-    for tables in scenario_tables(grid, df, args.metric).values():
+    counts = Counter(df["status"])
+    console.print(f"{grid.name}: {len(plan.trials)} cells: {counts.get('ok', 0)} done, {counts.get('failed', 0)} "
+                  f"failed, {counts.get('missing', 0)} never run. {LEGEND}")
+    for tables in scenario_tables(grid, df, args.metric).values():   # the headline tables come first
         for t in tables:
-            console.print(f"\n{t.title}\n{to_markdown(t.frame, t.digits)}")
+            console.print(f"\n{t.title}\n{escape(table_markdown(t))}")
     for f in files:
         console.print(f"wrote {f}")
     console.print(f"wrote {grid_dir / 'report' / 'index.html'} ({len(report_files)} report files)")

@@ -1,5 +1,7 @@
-"""A `Table` (orchestrator/config/tables.py) as Markdown, as HTML and in long form (one row per cell, with its state):
-missing and failed cells read as such, partial means carry `*`, the best value of a column is bold."""
+"""A `Table` (orchestrator/config/tables.py) rendered: as Markdown (the console and the .md files), as HTML (the
+report), in long form (one row per cell, with its state) and in wide form (the paper's layout as Parquet, a state
+column beside each value column). Every form says the same of a cell: a number, a partial mean marked `*`,
+`missing` or `failed`; the best complete value of a column is bold."""
 from __future__ import annotations
 
 import html
@@ -7,28 +9,36 @@ import math
 
 import pandas as pd
 
-from orchestrator.config.tables import Table, Value
+from orchestrator.config.tables import Table
+
+LEGEND = ("A number over every trial the cell asks for; `*`: a mean over fewer (some did not run); `missing`: never "
+          "run; `failed`: a trial failed (see Errors). Best complete value per column in bold.")
 
 
-# -- output ---------------------------------------------------------------------------------------------------------
+def column_name(t: Table, col: tuple[str, str]) -> str:
+    """A column's name in Markdown and Parquet: its own, or "group name" where names repeat across groups (Table 13:
+    "skewness Clean", "Robin Hood Clean")."""
+    names = [c[1] for c in t.columns]
+    return f"{col[0]} {col[1]}".strip() if len(set(names)) < len(names) else col[1]
+
+
 def table_markdown(t: Table) -> str:
-    groups = [g for g, _ in t.columns]
-    head = [f"{g} {c}".strip() if len(set(groups)) > 1 else c for g, c in t.columns]
     best = t.best()
-    lines = ["| backbone | method | " + " | ".join(head) + " |", "|---|---|" + "---:|" * len(t.columns)]
+    lines = ["| backbone | method | " + " | ".join(column_name(t, c) for c in t.columns) + " |",
+             "|---|---|" + "---:|" * len(t.columns)]
     for r in t.rows:
         vals = []
         for c in t.columns:
-            v = t.cells.get((r, c), Value())
+            v = t.cell(r, c)
             s = v.text(t.digits)
-            vals.append(f"**{s}**" if v.state in ("ok", "partial") and best.get(c) == v.value else s)
+            vals.append(f"**{s}**" if v.state == "ok" and best.get(c) == v.value else s)
         lines.append(f"| {r[0]} | {r[1]} | " + " | ".join(vals) + " |")
     return "\n".join(lines)
 
 
 def table_html(t: Table) -> str:
     best = t.best()
-    groups = []
+    groups: list[list] = []
     for g, _ in t.columns:
         if groups and groups[-1][0] == g:
             groups[-1][1] += 1
@@ -39,14 +49,14 @@ def table_html(t: Table) -> str:
     if any(g for g, _ in groups):
         out.append('<tr><th rowspan="2">backbone</th><th rowspan="2">method</th>' + "".join(
             f'<th colspan="{n}" class="group">{esc(g)}</th>' for g, n in groups) + "</tr>")
-        out.append("<tr>" + "".join(f"<th>{esc(c)}</th>" for _, c in t.columns) + "</tr>")
+        out.append("<tr>" + "".join(f"<th>{esc(c.split('/')[-1])}</th>" for _, c in t.columns) + "</tr>")
     else:
         out.append("<tr><th>backbone</th><th>method</th>" + "".join(f"<th>{esc(c)}</th>" for _, c in t.columns)
                    + "</tr>")
     for r in t.rows:
         cells = []
         for c in t.columns:
-            v = t.cells.get((r, c), Value())
+            v = t.cell(r, c)
             text = esc(v.text(t.digits))
             if v.state == "failed":
                 cells.append(f'<td class="failed"><a href="#err-{esc(v.key)}">failed</a></td>')
@@ -54,7 +64,7 @@ def table_html(t: Table) -> str:
                 cells.append('<td class="missing">missing</td>')
             else:
                 title = f' title="mean over {esc(v.of)}"' if v.of else ""
-                bold = best.get(c) == v.value
+                bold = v.state == "ok" and best.get(c) == v.value
                 cells.append(f'<td class="{v.state}"{title}>' + (f"<b>{text}</b>" if bold else text) + "</td>")
         out.append(f"<tr><td>{esc(r[0])}</td><td>{esc(r[1])}</td>" + "".join(cells) + "</tr>")
     out.append("</table>")
@@ -62,17 +72,32 @@ def table_html(t: Table) -> str:
 
 
 def long_frame(tables: list[Table]) -> pd.DataFrame:
+    """Every cell of `tables`, one row each: where it is, its value (null without one) and its state."""
     rows = []
     for t in tables:
         for r in t.rows:
             for c in t.columns:
-                v = t.cells.get((r, c), Value())
+                v = t.cell(r, c)
                 rows.append({"table": t.name, "title": t.title, "dataset": str(t.keys.get("dataset", "")),
                              "direction": str(t.keys.get("direction", "")),
                              "severity": str(t.keys.get("severity", "")), "backbone": r[0], "method": r[1],
                              "group": c[0], "column": c[1], "value": None if math.isnan(v.value) else v.value,
-                             "state": v.state, "error_key": v.key or None})
+                             "state": v.state, "of": v.of or None, "error_key": v.key or None})
     return pd.DataFrame(rows, columns=["table", "title", "dataset", "direction", "severity", "backbone", "method",
-                                       "group", "column", "value", "state", "error_key"])
+                                       "group", "column", "value", "state", "of", "error_key"])
 
 
+def wide_frame(t: Table) -> pd.DataFrame:
+    """The table in its paper layout: its keys, backbone and method, one value column per column (null where the
+    cell has no number), then a `<column>:state` column per column (ok / partial / failed / missing)."""
+    names = [column_name(t, c) for c in t.columns]
+    rows = []
+    for r in t.rows:
+        row = {**t.keys, "backbone": r[0], "method": r[1]}
+        cells = [t.cell(r, c) for c in t.columns]
+        row.update({n: v.number for n, v in zip(names, cells)})
+        row.update({f"{n}:state": v.state for n, v in zip(names, cells)})
+        rows.append(row)
+    cols = [*t.keys, "backbone", "method", *names, *(f"{n}:state" for n in names)]
+    frame = pd.DataFrame(rows, columns=cols)
+    return frame.astype({n: "float64" for n in names})

@@ -27,7 +27,7 @@ from orchestrator.record.ledger import TrialLedger
 from orchestrator.report.page import clear_plots, write_report
 from orchestrator.report.plots import severity_apart
 from orchestrator.report.results import write_tables
-from orchestrator.report.tables import planned_rows
+from orchestrator.report.rows import planned_rows
 from workloads.spec import TrialSpec
 
 
@@ -65,17 +65,15 @@ def write_outputs(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Pat
     entries = ledger.entries((t.key for t in specs), lists=False)
     out = Outputs(ok=sum(e["status"] == "ok" for e in entries), failed=sum(e["status"] == "failed" for e in entries),
                   present=len(entries))
-    severity = df = None
+    severity = None
+    df = planned_rows(specs, entries)
     try:   # the report's severity figures draw in a forked process while this one writes the tables
-
-        df = planned_rows(specs, entries)
         severity = severity_apart(grid, df, clear_plots(grid_dir)) if apart else None
     except Exception as err:  # a plot must not cost the tables: `report GRID` rebuilds it
         out.report_error = f"{type(err).__name__}: {err}"
-    out.files = write_tables(entries, grid_dir, grid)
+    out.files = write_tables(entries, grid_dir, grid, specs, df)
     if out.report_error is None:
         try:
-
             out.files += write_report(grid, specs, entries, grid_dir, ledger, severity=severity, df=df)
         except Exception as err:
             out.report_error = f"{type(err).__name__}: {err}"

@@ -28,9 +28,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from orchestrator.config.tables import Table
+from orchestrator.config.tables import Table, Value
 from orchestrator.record.ledger import PER_QUERY
-from orchestrator.report.formats import long_frame, table_html, table_markdown
+from orchestrator.report.formats import LEGEND, long_frame, table_html, table_markdown
 from orchestrator.report.plots import (
     _list,
     focus_cell,
@@ -40,10 +40,49 @@ from orchestrator.report.plots import (
     plot_similarity,
     plot_stream,
 )
-from orchestrator.report.tables import cost_table, hubness_tables, planned_rows, qs_tables, scenario_tables
+from orchestrator.report.results import scenario_tables
+from orchestrator.report.rows import QS, planned_rows, table_order
 from workloads.spec import TrialSpec
 
 REPORT_DIR = "report"
+
+
+def report_sections(grid, df: pd.DataFrame) -> list[tuple[str, list[Table]]]:
+    """The report's tables, by section: every scenario's (query shift first: R@1, skewness, Table 13), then the TTA
+    cost. The same tables as the Parquet and Markdown files (orchestrator/report/results.py)."""
+    sections: list[tuple[str, list[Table]]] = []
+    for name, tables in scenario_tables(grid, df).items():
+        if not tables:
+            continue
+        if name == QS:
+            for stem, head in (("qs_R1", "Query shift: R@1 (Table 1 layout; per severity: Tables 32-35)"),
+                               ("qs_hub_skewness", "Query shift: k-occurrence skewness"),
+                               ("hubness", "Hubness (Table 13)")):
+                mine = [t for t in tables if t.name.removesuffix("_mean") == stem]
+                if mine:
+                    sections.append((head, mine))
+        else:
+            sections.append((grid.scenarios[name].title, tables))
+    cost = cost_table(grid, df)
+    if cost:
+        sections.append(("TTA cost (Table 8)", [cost]))
+    return sections
+
+
+def cost_table(grid, df: pd.DataFrame) -> Table | None:
+    """Table 8: TTA time per query (ms) per method, the mean over every shifted cell it ran."""
+    ok = df[df["status"] == "ok"] if len(df) else df
+    if not len(ok) or "per_query_ms" not in ok:
+        return None
+    rows = table_order(grid).rows(ok)
+    cols = [("", "ms per query"), ("", "gallery s")]
+    cells = {}
+    for r in rows:
+        mine = ok[(ok["backbone"] == r[0]) & (ok["row"] == r[1])]
+        cells[(r, cols[0])] = Value(float(mine["per_query_ms"].mean()), "ok")
+        cells[(r, cols[1])] = Value(float(mine["gallery_s"].mean()), "ok")
+    return Table("tta_cost", "TTA cost (Table 8): time per query, mean over every trial of the row", rows, cols,
+                 cells, {}, 2, False)
 
 
 CSS = """
@@ -90,20 +129,8 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
     df = planned_rows(specs, entries) if df is None else df
     counts = df["status"].value_counts().to_dict() if len(df) else {}
 
-    sections: list[tuple[str, list[Table]]] = []
-    qs = qs_tables(grid, df, "R1")
-    if qs:
-        sections.append(("Query shift: R@1 (Table 1 layout; per-severity tables: Tables 32-35)", qs))
-        sections.append(("Query shift: k-occurrence skewness", qs_tables(grid, df, "hub_skewness")))
-    hub = hubness_tables(grid, df)
-    if hub:
-        sections.append(("Hubness (Table 13)", hub))
-    other = scenario_tables(grid, df)
-    if other:
-        sections.append(("Query-gallery and mixed shift", other))
-    cost = cost_table(grid, df)
-    if cost:
-        sections.append(("TTA cost (Table 8)", [cost]))
+    sections = report_sections(grid, df)
+    cost = next((t for _, ts in sections for t in ts if t.name == "tta_cost"), None)
 
     plots: list[tuple[str, Path]] = []
     for p in (plot_severity(grid, df, plots_dir) if severity is None else severity()):
@@ -133,19 +160,12 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
     files = []
     pq.write_table(pa.Table.from_pandas(long_frame(all_tables), preserve_index=False), out / "report_tables.parquet")
     files.append(out / "report_tables.parquet")
-    cells_path = out / "cells.parquet"
-    keep = [c for c in df.columns if c not in ("k_occurrence", "batch_R1", "traceback")]
-    pq.write_table(pa.Table.from_pandas(df[keep].astype({"severity": "int64"}) if len(df) else df,
-                                        preserve_index=False), cells_path)
-    files.append(cells_path)
 
     failed = df[df["status"] == "failed"] if len(df) else df
     summary = (f"{len(df)} cells: {counts.get('ok', 0)} done, {counts.get('failed', 0)} failed, "
                f"{counts.get('missing', 0)} never run")
     # Markdown
-    md = [f"# {grid.name}: report\n", summary + "\n",
-          "Cells: a number is the mean over the severities asked for (`*`: over fewer, some did not run); "
-          "`missing`: never run; `failed`: see Errors. Best per column in bold.\n"]
+    md = [f"# {grid.name}: report\n", summary + "\n", LEGEND + "\n"]
     for head, tables in sections:
         md.append(f"## {head}\n")
         for t in tables:
@@ -165,9 +185,8 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
     esc = html.escape
     body = [f"<h1>{esc(grid.name)}: results</h1>",
             f'<p class="summary" id="summary">{esc(summary)}</p>',
-            "<p>A number is the mean over the severities asked for (<code>*</code>: over fewer, some did not run); "
-            "<i>missing</i>: never run; <i>failed</i>: links to its error. Best value per column in bold. "
-            "Files beside this page: report.md, report_tables.parquet (every cell with its state), plots/.</p>"]
+            f"<p>{esc(LEGEND)} Files beside this page: report.md, report_tables.parquet (every cell with its state), "
+            "plots/; the grid's Parquet tables and trials.parquet one folder up.</p>"]
     toc = ["<ul>"] + [f'<li><a href="#sec-{i}">{esc(h)}</a></li>' for i, (h, _) in enumerate(sections)] + \
         ['<li><a href="#plots">Plots</a></li>'] + (['<li><a href="#errors">Errors</a></li>'] if len(failed) else []) \
         + ["</ul>"]

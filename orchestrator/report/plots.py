@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.config.tables import Table, Value
-from orchestrator.report.tables import QS, _levels, _row_order
+from orchestrator.report.rows import QS, levels, method_rows
 from workloads.spec import CLEAN
 
 
@@ -39,8 +39,8 @@ def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
     figures: dict[tuple[int, int, int], Any] = {}
     try:
         for (ds, direction, backbone), part in qs.groupby(["dataset", "direction", "backbone"], sort=False):
-            levels = _levels(direction)
-            types = [p for p in levels if p in set(part["perturbation"])]
+            level_of = levels(direction)
+            types = [p for p in level_of if p in set(part["perturbation"])]
             if not types:
                 continue
             n = len(types)
@@ -56,13 +56,13 @@ def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
                 for line in list(ax.lines):   # the previous cell's
                     line.remove()
                 ax.set_prop_cycle(None)       # a method keeps its colour from figure to figure
-                for m in _row_order(grid):
+                for m in method_rows(grid):
                     points = sorted(curves.get((CLEAN, m), [])[:1] + curves.get((p, m), []))
                     if points:
                         ax.plot([x for x, _ in points], [y for _, y in points], marker="o", ms=3, label=m)
                 ax.relim()                    # the limits of this cell's lines only
                 ax.autoscale_view()
-                ax.set_title(f"{p} ({levels[p]})", fontsize=9)
+                ax.set_title(f"{p} ({level_of[p]})", fontsize=9)
             axes[0][0].legend(fontsize=7)     # replaces the previous cell's
             fig.suptitle(f"R@1 against severity: {ds}, {direction}, {backbone}", fontsize=10)
             files.append(_write(fig, out / f"r1_severity_{ds}_{direction}_{backbone}.png"))
@@ -125,7 +125,7 @@ def focus_cell(grid, df: pd.DataFrame) -> dict[str, Any] | None:
     qs = _qs_ok(df)
     if not len(qs):
         return None
-    adapted = next((m for m in ("hat_vtr", *_row_order(grid)) if m != "source" and m in set(qs["row"])), None)
+    adapted = next((m for m in ("hat_vtr", *method_rows(grid)) if m != "source" and m in set(qs["row"])), None)
     for (ds, direction, backbone), part in qs.groupby(["dataset", "direction", "backbone"], sort=False):
         src = part[part["row"] == "source"]
         clean = src[src["perturbation"] == CLEAN]

@@ -1,99 +1,62 @@
-"""Result tables from the ledger: one row per trial (`trials.parquet`), and each scenario's tables in the paper's
-layouts (query shift: Table 1 per dataset, direction and severity; cross-dataset and zero-shot QGS: Tables 4-5), as
-Parquet (Arrow) and Markdown. The tables come from the scenarios (orchestrator/config/scenarios); this module only
-collects the rows and writes the files. Cells that never ran are missing in every table, never zero.
+"""Result files from the ledger: one row per planned trial (`trials.parquet`, with its status), and each scenario's
+tables in the paper's layouts (query shift: Table 1 per dataset and direction, the mean over severities and each
+severity, Table 3 for text queries, Table 13; QGS: Tables 4-5; mixed shift: Tables 17-18) as Parquet (wide, a state
+column beside each value: orchestrator/report/formats.py) and Markdown. The tables come from the scenarios
+(orchestrator/config/scenarios); this module only writes them. Cells that never ran are missing in every file,
+failed ones failed, partial means marked: never a zero, never a silent mean over fewer cells.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from orchestrator.config.scenarios.base import ResultTable, TableOrder
-from workloads.spec import SPEC_FIELDS
-
-# every field of a trial spec is a column (a new field appears here, in MLflow params and in the ledger by itself)
-METRICS = ["R1", "R5", "R10", "MdR", "MnR"]
-HUB = ["hub_skewness", "hub_truncated_skewness", "hub_atkinson", "hub_robin_hood", "hub_antihub_occurrence",
-       "hub_hub_occurrence", "hub_max_k_occurrence", "hub_antihub_count"]
-TIMINGS = ["gallery_s", "adapt_s", "total_s", "per_query_ms"]
-
-
-def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows = []
-    for e in entries:
-        spec = e["spec"]
-        row = {"key": e["key"], "status": e["status"], **{c: spec.get(c) for c in SPEC_FIELDS}}
-        row["row"] = spec.get("variant") or spec["method"]   # the table row: variant name, else method
-        row.update({m: e.get("metrics", {}).get(m) for m in METRICS + HUB})
-        row.update({t: e.get("timings", {}).get(t) for t in TIMINGS})
-        row.update({"n_queries": e.get("n_queries"), "n_gallery": e.get("n_gallery"),
-                    "n_dropped": len(e.get("dropped") or []), "faithful_renders": e.get("faithful_renders"),
-                    "fallbacks": "; ".join(e.get("fallbacks") or []), "error": e.get("error"),
-                    "failed_batch": e.get("failed_batch"), "mlflow_runs": json.dumps(e.get("mlflow_runs") or {}),
-                    "recorded_at": e.get("recorded_at")})
-        rows.append(row)
-    return rows
-
-
-def trials_table(entries: Iterable[dict[str, Any]]) -> pa.Table:
-    rows = trial_rows(entries)
-    df = pd.DataFrame(rows, columns=None if rows else ["key", "status", *SPEC_FIELDS, "row", *METRICS, *HUB])
-    return pa.Table.from_pandas(df, preserve_index=False)
-
-
-def table_order(grid) -> TableOrder:
-    from workloads.perturbations.text import TEXT_PERTURBATIONS
-    from workloads.perturbations.video import VIDEO_PERTURBATIONS
-
-    video, text = list(VIDEO_PERTURBATIONS.names()), list(TEXT_PERTURBATIONS.names())
-    return TableOrder(backbones=list(grid.backbones), methods=list(grid.methods),
-                      perturbations={"v2t": video, "t2v": text},
-                      levels={"v2t": {n: VIDEO_PERTURBATIONS.static_info(n)["level"] for n in video},
-                              "t2v": {n: TEXT_PERTURBATIONS.static_info(n)["level"] for n in text}})
+from orchestrator.config.tables import Table
+from orchestrator.report.formats import LEGEND, table_markdown, wide_frame
+from orchestrator.report.rows import planned_rows, table_order
+from workloads.spec import TrialSpec
 
 
 def scenario_tables(grid, df: pd.DataFrame, metric: str | None = None,
-                    skip: tuple[str, ...] = ()) -> dict[str, list[ResultTable]]:
-    """Each scenario of the grid but those in `skip` -> its result tables (`metric`: that metric where a layout has a
-    choice)."""
+                    skip: tuple[str, ...] = ()) -> dict[str, list[Table]]:
+    """Each scenario of the grid but those in `skip` -> its tables from the planned rows `df` (`metric`: that metric
+    where a layout has a choice)."""
     order = table_order(grid)
     return {name: scenario.tables(grid, df, order, metric) if len(df) else []
             for name, scenario in grid.scenarios.items() if name not in skip}
 
 
-def to_markdown(table: pd.DataFrame, digits: int = 1) -> str:
-    cols = list(table.columns)
-    lines = ["| backbone | method | " + " | ".join(cols) + " |", "|---|---|" + "---:|" * len(cols)]
-    for (backbone, method), row in table.iterrows():
-        vals = ["" if pd.isna(v) else f"{v:.{digits}f}" for v in row.tolist()]
-        lines.append(f"| {backbone} | {method} | " + " | ".join(vals) + " |")
-    return "\n".join(lines)
+def trials_table(df: pd.DataFrame) -> pa.Table:
+    """`trials.parquet`: the planned rows, without their per-query lists."""
+    keep = [c for c in df.columns if c not in ("k_occurrence", "batch_R1", "traceback")]
+    return pa.Table.from_pandas(df[keep] if len(df) else pd.DataFrame(columns=["key", "status"]),
+                                preserve_index=False)
 
 
-def write_tables(entries: list[dict[str, Any]], out_dir: Path, grid) -> list[Path]:
+def write_tables(entries: list[dict[str, Any]], out_dir: Path, grid, specs: list[TrialSpec] | None = None,
+                 df: pd.DataFrame | None = None) -> list[Path]:
     """Write trials.parquet, every scenario's tables as <name>.parquet (tables of one name stacked, with their keys
-    as leading columns) and <prefix>_tables.md under out_dir; returns the files."""
+    as leading columns) and <prefix>_tables.md under out_dir; returns the files. `specs`: the planned trials (a
+    trial without an entry is missing); default: the entries' own. `df`: their planned rows, when made already."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = trials_table(entries)
+    if df is None:
+        specs = specs if specs is not None else [TrialSpec.from_dict(e["spec"]) for e in entries]
+        df = planned_rows(specs, entries, lists=False)
     files = [out_dir / "trials.parquet"]
-    pq.write_table(table, files[0])
-    df = table.to_pandas()
-    n_ok = int((df["status"] == "ok").sum()) if len(df) else 0
+    pq.write_table(trials_table(df), files[0])
     for name, tables in scenario_tables(grid, df).items():
         scenario = grid.scenarios[name]
-        md = [f"# {scenario.title}\n\n{len(df)} trials ({n_ok} ok).\n"]
+        mine = df[df["scenario"] == name] if len(df) else df
+        done = dict(mine["status"].value_counts()) if len(mine) else {}
+        md = [f"# {scenario.title}\n\n{len(mine)} trials: {done.get('ok', 0)} done, {done.get('failed', 0)} failed, "
+              f"{len(mine) - done.get('ok', 0) - done.get('failed', 0)} never run. {LEGEND}\n"]
         stacked: dict[str, list[pd.DataFrame]] = {}
         for t in tables:
-            md.append(f"## {t.title}\n\n{to_markdown(t.frame, t.digits)}\n")
-            flat = t.frame.reset_index()
-            for i, (key, value) in enumerate(t.keys.items()):
-                flat.insert(i, key, value)
-            stacked.setdefault(t.name, []).append(flat)
+            md.append(f"## {t.title}\n\n{table_markdown(t)}\n")
+            stacked.setdefault(t.name, []).append(wide_frame(t))
         for stem, parts in stacked.items():
             path = out_dir / f"{stem}.parquet"
             pq.write_table(pa.Table.from_pandas(pd.concat(parts, ignore_index=True), preserve_index=False), path)

@@ -12,7 +12,8 @@ import pandas as pd
 from orchestrator.config.errors import GridError, check_names
 from orchestrator.config.scenarios import register_scenario
 from orchestrator.config.scenarios._qgs import qgs_tables
-from orchestrator.config.scenarios.base import Cell, ResultTable, Scenario, TableOrder
+from orchestrator.config.scenarios.base import Cell, Scenario
+from orchestrator.config.tables import Table, TableOrder
 
 
 @dataclass
@@ -60,8 +61,9 @@ class CrossDataset(Scenario):
         return [Cell(target, direction, source) for source, target in self.pairs(grid)
                 for direction in self.config.directions]
 
-    def tables(self, grid, df: pd.DataFrame, order: TableOrder, metric: str | None = None) -> list[ResultTable]:
+    def tables(self, grid, df: pd.DataFrame, order: TableOrder, metric: str | None = None) -> list[Table]:
+        df = self.mine(df)
         df = df.assign(pair=[pair_label(s, t) for s, t in zip(df["source_dataset"], df["dataset"])])
         settings = [pair_label(s, t) for s, t in self.pairs(grid)]
-        return qgs_tables(df, self.name, "qgs_cross", "Cross-dataset QGS", "pair", settings,
+        return qgs_tables(df, "qgs_cross", "Cross-dataset QGS", "pair", settings,
                           list(self.config.directions), order)

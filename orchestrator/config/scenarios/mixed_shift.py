@@ -21,7 +21,8 @@ from orchestrator.config.assets import unavailable_reason
 from orchestrator.config.errors import GridError, check_names
 from orchestrator.config.names import known_video_perturbations
 from orchestrator.config.scenarios import register_scenario
-from orchestrator.config.scenarios.base import Cell, ResultTable, Scenario, TableOrder, ordered_rows, successful
+from orchestrator.config.scenarios.base import Cell, Scenario
+from orchestrator.config.tables import Table, TableOrder, combine, groups, mean_of
 from workloads.mixing import Mix
 
 TEXT_SEVERITIES = [1, 2, 3, 4, 5, 6, 7]
@@ -154,29 +155,38 @@ class MixedShift(Scenario):
                                                                          float(f)).to_json()))
         return out
 
-    def tables(self, grid, df: pd.DataFrame, order: TableOrder, metric: str | None = None) -> list[ResultTable]:
-        ok = successful(df, self.name)
+    def tables(self, grid, df: pd.DataFrame, order: TableOrder, metric: str | None = None) -> list[Table]:
+        """Per (dataset, direction): Table 17 (each type at mixed severities, and their average) and Table 18 (the
+        share of queries corrupted by random types, and the average over the shares)."""
         metric = metric or "R1"
+        mine = self.mine(df)
         out = []
-        for (ds, direction), part in ok.groupby(["dataset", "direction"], sort=False):
+        for (ds, direction), part in mine.groupby(["dataset", "direction"], sort=False):
             by_type = part[part["perturbation"] != MIXED]
             if len(by_type):
-                table = by_type.pivot_table(index=["backbone", "row"], columns="perturbation", values=metric,
-                                            aggfunc="first")
-                cols = [p for p in order.perturbations.get(direction, []) if p in table.columns]
-                table = table[cols]
-                table["Avg"] = table[cols].mean(axis=1)
-                out.append(ResultTable("mixed_severities", f"{metric}: {ds}, {direction}, mixed severities per type",
-                                       ordered_rows(table, order), 1, {"dataset": ds, "direction": direction}))
-            by_fraction = part[part["perturbation"] == MIXED].copy()
+                present = set(by_type["perturbation"])
+                cols = [("", p) for p in order.perturbations.get(direction, []) if p in present]
+                out.append(self._table(by_type, "perturbation", cols, "mixed_severities",
+                                       f"{metric}: {ds}, {direction}, mixed severities per type", metric, order,
+                                       {"dataset": ds, "direction": direction}))
+            by_fraction = part[part["perturbation"] == MIXED]
             if len(by_fraction):
-                by_fraction["fraction"] = [f"{round(100 * Mix.from_json(m).fraction)}%" for m in by_fraction["mix"]]
-                table = by_fraction.pivot_table(index=["backbone", "row"], columns="fraction", values=metric,
-                                                aggfunc="first")
-                cols = sorted(table.columns, key=lambda c: int(c[:-1]))
-                table = table[cols]
-                table["Avg"] = table[cols].mean(axis=1)
-                out.append(ResultTable("mixed_types", f"{metric}: {ds}, {direction}, share of queries corrupted by "
-                                       "random types", ordered_rows(table, order), 1,
+                by_fraction = by_fraction.assign(fraction=[f"{round(100 * Mix.from_json(m).fraction)}%"
+                                                           for m in by_fraction["mix"]])
+                cols = [("", f) for f in sorted(set(by_fraction["fraction"]), key=lambda c: int(c[:-1]))]
+                out.append(self._table(by_fraction, "fraction", cols, "mixed_types", f"{metric}: {ds}, {direction}, "
+                                       "share of queries corrupted by random types", metric, order,
                                        {"dataset": ds, "direction": direction}))
         return out
+
+    @staticmethod
+    def _table(part: pd.DataFrame, by: str, cols: list, name: str, title: str, metric: str, order: TableOrder,
+               keys: dict) -> Table:
+        idx = groups(part, ["backbone", "row", by])
+        rows = order.rows(part)
+        cells = {}
+        for r in rows:
+            for col in cols:
+                cells[(r, col)] = combine(idx.get((*r, col[1]), []), metric)
+            cells[(r, ("", "Avg"))] = mean_of([cells[(r, c)] for c in cols])
+        return Table(name, title, rows, cols + [("", "Avg")], cells, keys, 1)

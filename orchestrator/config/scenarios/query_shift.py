@@ -10,6 +10,7 @@ assets have no cell; `notes` lists them with the reason.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -17,10 +18,14 @@ from orchestrator.config.assets import unavailable_reason
 from orchestrator.config.errors import GridError, check_names
 from orchestrator.config.names import known_text_perturbations, known_video_perturbations
 from orchestrator.config.scenarios import register_scenario
-from orchestrator.config.scenarios.base import Cell, ResultTable, Scenario, TableOrder, ordered_rows, successful
+from orchestrator.config.scenarios.base import Cell, Scenario
+from orchestrator.config.tables import LEVEL_ORDER, Table, TableOrder, combine, groups, mean_of
 from workloads.spec import CLEAN
 
+# the metrics of its tables by default: trials-table column -> (title, digits)
 METRICS = {"R1": ("R@1 (%)", 1), "hub_skewness": ("k-occurrence skewness", 2)}
+# Table 13's hubness measures: (trials-table column, title); lower is less hubness
+HUBNESS = [("hub_skewness", "skewness"), ("hub_robin_hood", "Robin Hood"), ("hub_antihub_occurrence", "antihubs")]
 
 
 @dataclass
@@ -112,61 +117,102 @@ class QueryShift(Scenario):
                                f"datasets.{ds}.assets.text_precomputed.{p}]")
         return out
 
-    def tables(self, grid, df: pd.DataFrame, order: TableOrder, metric: str | None = None) -> list[ResultTable]:
-        ok = successful(df, self.name)
+    def tables(self, grid, df: pd.DataFrame, order: TableOrder, metric: str | None = None) -> list[Table]:
+        """Per (dataset, direction), in the paper's Table 1 layout: the mean over the grid's severities first (the
+        headline), then one table per severity (Tables 32-35); for t2v with one severity per type, Table 3's single
+        table. Columns: the types grouped by level, an average per level when there are several, Avg, Clean. With
+        no `metric`: R@1 and k-occurrence skewness, then Table 13's hubness measures clean vs shifted."""
+        mine = self.mine(df)
+        plain = mine[mine["mix"].fillna("") == ""] if len(mine) and "mix" in mine else mine
+        metrics = list(METRICS) if metric is None else [metric]
+        out = [t for m in metrics for t in self._metric_tables(plain, order, m)]
+        # the headline tables first: the means over severities, then the tables of one severity
+        out.sort(key=lambda t: 0 if t.name.endswith("_mean") or t.keys.get("severity") == 0 else 1)
+        if metric is None:
+            out += self._hubness_tables(plain, order)
+        return out
+
+    def _metric_tables(self, df: pd.DataFrame, order: TableOrder, metric: str) -> list[Table]:
+        label, digits = METRICS.get(metric, (metric, 2))
+        higher = metric not in ("MdR", "MnR") and not metric.startswith("hub_")
+        idx = groups(df, ["dataset", "direction", "backbone", "row", "perturbation", "severity"])
         out = []
-        metrics = METRICS if metric is None else {metric: METRICS.get(metric, (metric, 2))}
-        for metric, (title, digits) in metrics.items():
-            for (ds, direction), part in ok.groupby(["dataset", "direction"], sort=False):
-                clean = part[part["perturbation"] == CLEAN].set_index(["backbone", "row"])[metric]
-                pert = part[part["perturbation"] != CLEAN]
-                # Table 3 averages each text level; Table 1 has one average over the video types
-                levels = order.levels.get(direction, {}) if direction == "t2v" else {}
-                one_each = len(pert) and pert.groupby("perturbation")["severity"].nunique().max() == 1
-                if direction == "t2v" and one_each and pert["severity"].nunique() > 1:
-                    # Table 3: each text type at its level's severity, in one table grouped by level
-                    table = self._pivot(pert, metric, order.perturbations.get(direction, []), levels)
-                    sevs = pert.groupby("perturbation")["severity"].first()
-                    by_level = {}
-                    for p, sev in sevs.items():
-                        by_level.setdefault(levels.get(p, "?"), set()).add(int(sev))
-                    what = ", ".join(f"{lv} {'/'.join(map(str, sorted(s)))}" for lv, s in by_level.items())
-                    out.append(self._table(metric, f"{title}: {ds}, {direction}, severity {what}", table, clean,
-                                           order, digits, {"dataset": ds, "direction": direction, "severity": 0}))
-                    continue
-                for sev in sorted(pert["severity"].unique()) or [0]:
-                    cells = pert[pert["severity"] == sev]
-                    if len(cells):
-                        table = self._pivot(cells, metric, order.perturbations.get(direction, []), levels)
-                    else:
-                        table = pd.DataFrame(index=clean.index)
-                    out.append(self._table(metric, f"{title}: {ds}, {direction}, severity {int(sev)}", table, clean,
-                                           order, digits, {"dataset": ds, "direction": direction,
-                                                           "severity": int(sev)}))
+        for (ds, direction), part in df.groupby(["dataset", "direction"], sort=False):
+            levels = order.levels.get(direction, {})
+            present = set(part["perturbation"])
+            types = [p for p in order.perturbations.get(direction, []) if p in present]
+            types.sort(key=lambda p: LEVEL_ORDER.index(levels[p]) if levels.get(p) in LEVEL_ORDER else 99)
+            sevs = {p: sorted(int(s) for s in part.loc[part["perturbation"] == p, "severity"].unique()) for p in types}
+            rows = order.rows(part)
+            has_clean = CLEAN in present
+            used_levels = list(dict.fromkeys(levels.get(p, "") for p in types))
+
+            def build(name: str, title: str, severity: int | None, keys: dict[str, Any]) -> Table:
+                shown = [p for p in types if severity is None or severity in sevs[p]]
+                cols: list[tuple[str, str]] = []
+                for level in used_levels:
+                    group = [(level, p) for p in shown if levels.get(p, "") == level]
+                    cols += group
+                    if len(used_levels) > 1 and group:
+                        cols.append((level, f"Avg {level}"))
+                cells = {}
+                for r in rows:
+                    for col in cols:
+                        if col[1].startswith("Avg "):
+                            continue
+                        chosen = sevs[col[1]] if severity is None else [severity]
+                        cells[(r, col)] = combine([t for s in chosen for t in idx.get((ds, direction, *r, col[1], s),
+                                                                                      [])], metric)
+                    for col in cols:
+                        if col[1].startswith("Avg "):
+                            cells[(r, col)] = mean_of([cells[(r, c)] for c in cols
+                                                       if c[0] == col[0] and not c[1].startswith("Avg ")])
+                    cells[(r, ("", "Avg"))] = mean_of([cells[(r, c)] for c in cols if not c[1].startswith("Avg ")])
+                    if has_clean:
+                        cells[(r, ("", "Clean"))] = combine(idx.get((ds, direction, *r, CLEAN, 0), []), metric)
+                extra = ([("", "Avg")] if shown else []) + ([("", "Clean")] if has_clean else [])
+                return Table(name, title, rows, cols + extra, cells, keys, digits, higher)
+
+            all_sevs = sorted({s for v in sevs.values() for s in v})
+            one_each = bool(types) and all(len(v) == 1 for v in sevs.values())
+            if one_each and len(all_sevs) > 1:
+                # each type at its level's one severity (t2v, Table 3): one table, the severities named per level
+                by_level: dict[str, set[int]] = {}
+                for p in types:
+                    by_level.setdefault(levels.get(p, ""), set()).update(sevs[p])
+                what = ", ".join(f"{lv} {'/'.join(map(str, sorted(v)))}" for lv, v in by_level.items())
+                out.append(build(f"qs_{metric}", f"{label}: {ds}, {direction}, severity {what}", None,
+                                 {"dataset": ds, "direction": direction, "severity": 0}))
+                continue
+            if len(all_sevs) > 1:
+                out.append(build(f"qs_{metric}_mean", f"{label}: {ds}, {direction}, mean over severity "
+                                 + "/".join(map(str, all_sevs)), None,
+                                 {"dataset": ds, "direction": direction, "severity": "mean"}))
+            for sev in all_sevs or [0]:
+                what = f"severity {sev}" if types else "clean"
+                out.append(build(f"qs_{metric}", f"{label}: {ds}, {direction}, {what}", sev if types else None,
+                                 {"dataset": ds, "direction": direction, "severity": int(sev)}))
         return out
 
     @staticmethod
-    def _pivot(cells: pd.DataFrame, metric: str, columns: list[str], levels: dict[str, str]) -> pd.DataFrame:
-        """Columns in registry order, their average, and (when they span several levels) an average per level
-        after each level's columns, as the paper's Table 3 groups character / word / sentence."""
-        table = cells.pivot_table(index=["backbone", "row"], columns="perturbation", values=metric, aggfunc="first")
-        cols = [p for p in columns if p in table.columns]
-        used = list(dict.fromkeys(levels.get(p, "") for p in cols))
-        if len(used) > 1:
-            out = pd.DataFrame(index=table.index)
-            for level in used:
-                group = [p for p in cols if levels.get(p, "") == level]
-                for p in group:
-                    out[p] = table[p]
-                out[f"Avg {level}"] = table[group].mean(axis=1)
-            out["Avg"] = table[cols].mean(axis=1)
-            return out
-        table = table[cols]
-        table["Avg"] = table[cols].mean(axis=1)
-        return table
-
-    @staticmethod
-    def _table(metric, title, table, clean, order, digits, keys) -> ResultTable:
-        if len(clean):
-            table["Clean"] = clean.reindex(table.index) if len(table.index) else clean
-        return ResultTable(f"qs_{metric}", title, ordered_rows(table, order), digits, keys)
+    def _hubness_tables(df: pd.DataFrame, order: TableOrder) -> list[Table]:
+        """Table 13: per (dataset, direction), each hubness measure on clean queries and on the shifted ones (the
+        mean over every perturbed cell of the row)."""
+        out = []
+        for (ds, direction), part in df.groupby(["dataset", "direction"], sort=False):
+            rows = order.rows(part)
+            recs = part.to_dict("records")
+            shifts = [s for s, has in (("Clean", (part["perturbation"] == CLEAN).any()),
+                                       ("Shifted", (part["perturbation"] != CLEAN).any())) if has]
+            cols = [(title, s) for _, title in HUBNESS for s in shifts]
+            cells = {}
+            for r in rows:
+                row_recs = [t for t in recs if (t["backbone"], t["row"]) == r]
+                for metric, title in HUBNESS:
+                    for s in shifts:
+                        cells[(r, (title, s))] = combine([t for t in row_recs
+                                                          if (t["perturbation"] == CLEAN) == (s == "Clean")], metric)
+            k = int(part["hub_k"].dropna().iloc[0]) if part["hub_k"].notna().any() else 10
+            out.append(Table("hubness", f"Hubness at k={k} (Table 13): {ds}, {direction} (lower: less hubness)",
+                             rows, cols, cells, {"dataset": ds, "direction": direction}, 3, False))
+        return out

@@ -11,7 +11,8 @@ import pandas as pd
 from orchestrator.config.errors import GridError, check_names
 from orchestrator.config.scenarios import register_scenario
 from orchestrator.config.scenarios._qgs import qgs_tables
-from orchestrator.config.scenarios.base import PRETRAINED, Cell, ResultTable, Scenario, TableOrder
+from orchestrator.config.scenarios.base import PRETRAINED, Cell, Scenario
+from orchestrator.config.tables import Table, TableOrder
 
 
 @dataclass
@@ -43,6 +44,6 @@ class ZeroShot(Scenario):
     def cells(self, grid) -> list[Cell]:
         return [Cell(ds, direction, PRETRAINED) for ds in self.config.datasets for direction in self.config.directions]
 
-    def tables(self, grid, df: pd.DataFrame, order: TableOrder, metric: str | None = None) -> list[ResultTable]:
-        return qgs_tables(df, self.name, "qgs_zero_shot", "Zero-shot QGS", "dataset", list(self.config.datasets),
+    def tables(self, grid, df: pd.DataFrame, order: TableOrder, metric: str | None = None) -> list[Table]:
+        return qgs_tables(self.mine(df), "qgs_zero_shot", "Zero-shot QGS", "dataset", list(self.config.datasets),
                           list(self.config.directions), order)

@@ -1,0 +1,84 @@
+"""The planned trials as rows: one row per trial the grid asks for, with its status (ok / failed / missing) and what
+the ledger holds of it. Every table (orchestrator/config/tables.py), `trials.parquet` and the report's plots read
+these rows, so a trial that did not run is a row that says so, never an absent one."""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+import pandas as pd
+
+from orchestrator.config.tables import TableOrder
+from workloads.perturbations.text import TEXT_PERTURBATIONS
+from workloads.perturbations.video import VIDEO_PERTURBATIONS
+from workloads.spec import SPEC_FIELDS, TrialSpec
+
+QS = "query_shift"
+# every field of a trial spec is a column (a new field appears here, in MLflow params and in the ledger by itself)
+# every field of a trial spec is a column (a new field appears here, in MLflow params and in the ledger by itself)
+METRICS = ["R1", "R5", "R10", "MdR", "MnR"]
+
+
+HUB = ["hub_skewness", "hub_truncated_skewness", "hub_atkinson", "hub_robin_hood", "hub_antihub_occurrence",
+       "hub_hub_occurrence", "hub_max_k_occurrence", "hub_antihub_count"]
+
+
+TIMINGS = ["gallery_s", "adapt_s", "total_s", "per_query_ms"]
+
+
+def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for e in entries:
+        spec = e["spec"]
+        row = {"key": e["key"], "status": e["status"], **{c: spec.get(c) for c in SPEC_FIELDS}}
+        row["row"] = spec.get("variant") or spec["method"]   # the table row: variant name, else method
+        row.update({m: e.get("metrics", {}).get(m) for m in METRICS + HUB})
+        row.update({t: e.get("timings", {}).get(t) for t in TIMINGS})
+        row.update({"n_queries": e.get("n_queries"), "n_gallery": e.get("n_gallery"),
+                    "n_dropped": len(e.get("dropped") or []), "faithful_renders": e.get("faithful_renders"),
+                    "fallbacks": "; ".join(e.get("fallbacks") or []), "error": e.get("error"),
+                    "failed_batch": e.get("failed_batch"), "mlflow_runs": json.dumps(e.get("mlflow_runs") or {}),
+                    "recorded_at": e.get("recorded_at")})
+        rows.append(row)
+    return rows
+
+
+def planned_rows(specs: Iterable[TrialSpec], entries: list[dict[str, Any]], lists: bool = True) -> pd.DataFrame:
+    """One row per planned trial: its axes, `status` (ok / failed / missing) and what the ledger holds; with `lists`,
+    also its per-query lists and score file (what the report's plots read)."""
+    by_key = {e["key"]: e for e in entries}
+    rows = []
+    for spec in specs:
+        e = by_key.get(spec.key)
+        if e is None:
+            d = spec.to_dict()
+            row = {"key": spec.key, "status": "missing", **d, "row": d.get("variant") or d["method"]}
+        else:
+            row = trial_rows([e])[0]
+            if lists:
+                row["k_occurrence"] = e.get("k_occurrence") or []
+                row["batch_R1"] = e.get("batch_R1") or []
+                row["scores_path"] = e.get("scores_path")
+                row["traceback"] = e.get("traceback")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def table_order(grid) -> TableOrder:
+    """The orders every table of the grid follows: its backbones and method rows, the registries' types and levels."""
+    video, text = list(VIDEO_PERTURBATIONS.names()), list(TEXT_PERTURBATIONS.names())
+    return TableOrder(backbones=list(grid.backbones), methods=list(grid.methods),
+                      perturbations={"v2t": video, "t2v": text},
+                      levels={"v2t": {n: VIDEO_PERTURBATIONS.static_info(n)["level"] for n in video},
+                              "t2v": {n: TEXT_PERTURBATIONS.static_info(n)["level"] for n in text}})
+
+
+def method_rows(grid) -> list[str]:
+    """Method rows: Source first, then the grid's order."""
+    return sorted(grid.methods, key=lambda m: m != "source")
+
+
+def levels(direction: str) -> dict[str, str]:
+    """The paper's level of each perturbation of a direction's query modality (registry metadata)."""
+    reg = VIDEO_PERTURBATIONS if direction == "v2t" else TEXT_PERTURBATIONS
+    return {n: reg.static_info(n)["level"] for n in reg.names()}
