@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from test_methods import Stream
+from test_methods import Stream, one_thread  # noqa: F401 (one_thread: an autouse fixture)
 from workloads.backbones import BACKBONES
 from workloads.methods import QueryBatch, SourceFeatures, iter_batches, run_stream
 from workloads.methods._memory import modality_gap
@@ -17,14 +17,6 @@ from workloads.methods.titan import (BiasCorrectionHead, balanced_bce, counterfa
                                      rematch_labels, titan_source_note)
 from workloads.metrics import uniformity
 from workloads.spec import DIRECTIONS
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

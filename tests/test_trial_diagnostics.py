@@ -103,3 +103,14 @@ def test_titan_without_a_source_split_runs_with_its_head_off(results):
     r = run(zero_shot, ctx)
     assert r.status == "ok"
     assert "titan: bias-correction head off (a zero-shot checkpoint has no source train split)" in r.fallbacks
+
+
+def test_source_pairs_are_distinct_videos_evenly_spaced():
+    from workloads.datasets.base import Split, VideoTextPair
+    from workloads.trial import source_split_rows
+
+    # 6 videos with 2 captions each (the synthetic train layout): rows 0, 2, ..., 10 are each video's first
+    split = Split("d", "train", tuple(VideoTextPair(f"v{i // 2}", f"c{i}", "") for i in range(12)))
+    assert source_split_rows(split, 100) == [0, 2, 4, 6, 8, 10]
+    assert source_split_rows(split, 3) == [0, 4, 10]        # videos 0, 2 (2.5 rounded half to even) and 5
+    assert source_split_rows(split, 1) == [0]
