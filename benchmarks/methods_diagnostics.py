@@ -13,9 +13,11 @@ Uses workloads only, in this one process:
      Hood index, antihub count, TCR's uniformity and modality gap of the clean / shifted / adapted queries, TITAN's
      pseudo-label accuracy (re-matched and plain argmax) and DeYO's selection, printed as tables.
 `--variants all` (or a list) adds TITAN with each component switched off (the paper's Table 2) and with a 100x
-learning rate.
-`--directions t2v` runs text queries (clean captions: the synthetic dataset's text shifts need text sets, which
-`submit` renders). DIR defaults to $MLVP_CACHE_DIR or ~/.cache/mlvp. One thread (run it nice'd on a shared machine).
+learning rate, and training-free TCR with one of its two moves only.
+`--directions t2v` runs text queries: clean, and each of `--text-types` (default char_insert, the strongest
+character-level shift here: benchmarks/RESULTS.md section 8) at severity 7, its text set rendered with
+workloads/text_queries.py as the text stage does (character-level types need no models).
+DIR defaults to $MLVP_CACHE_DIR or ~/.cache/mlvp. One thread (run it nice'd on a shared machine).
 """
 from __future__ import annotations
 
@@ -40,7 +42,10 @@ VARIANTS = {"titan_no_rematch": ("titan", {"rematch": False}),
             "titan_no_head": ("titan", {"bias_correction": False}),
             "titan_none": ("titan", {"rematch": False, "counterfactual": False, "bias_correction": False}),
             "titan_lr1e-3": ("titan", {"lr": 1e-3}),
-            "titan_lr1e-3_no_rematch": ("titan", {"lr": 1e-3, "rematch": False})}
+            "titan_lr1e-3_no_rematch": ("titan", {"lr": 1e-3, "rematch": False}),
+            # training-free TCR's two moves apart: Eq. 13 (gap) alone, Eq. 12 (scaling) alone
+            "tcr_untrained_gap_only": ("tcr_untrained", {"scale": 1.0}),
+            "tcr_untrained_scale_only": ("tcr_untrained", {"update_batches": 0})}
 
 
 def log(msg: str) -> None:
@@ -81,6 +86,20 @@ def prepare(cache: Path, types: list[str], backbones: list[str]):
     return ds, version, models
 
 
+def prepare_text_sets(cache: Path, ds, version: str, types: list[str]) -> None:
+    """The t2v text sets (perturbed captions of the test split) at severity 7, as the text stage renders them."""
+    from workloads.text_queries import TextSetKey, TextSetMissing, read_text_set, render_text_set
+
+    test = ds.test_split()
+    for t in types:
+        key = TextSetKey("synthetic", version, t, 7, 0, "")
+        try:
+            read_text_set(key, cache / "render", len(test))
+        except TextSetMissing:
+            render_text_set(key, cache / "render", test.captions, test.video_ids, {})
+            log(f"text set {t}-7 rendered")
+
+
 def prepare_model(backbone, init, init_path, steps, train, test, cache, version):
     from workloads.backbones.finetune import ensure_finetuned
     from workloads.backbones.finetune_config import FinetuneConfig
@@ -117,6 +136,7 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", default="all")
     ap.add_argument("--backbones", default="clip4clip,xpool")
     ap.add_argument("--directions", default="v2t")
+    ap.add_argument("--text-types", default="char_insert", help="t2v text shifts at severity 7 (character level)")
     ap.add_argument("--variants", default="", help="comma-separated rows of VARIANTS to add (TITAN's ablation rows "
                                                    "and a 100x learning rate), or 'all'")
     ap.add_argument("--json", default="", help="write every result here")
@@ -134,6 +154,8 @@ def main(argv=None) -> int:
     types = [t for t in args.types.split(",") if t]
     backbones = [b for b in args.backbones.split(",") if b]
     ds, version, models = prepare(cache, types, backbones)
+    text_types = [t for t in args.text_types.split(",") if t] if "t2v" in args.directions else []
+    prepare_text_sets(cache, ds, version, text_types)
     if args.prepare_only:
         return 0
     rows = [(m, m, {}) for m in (NAMES if args.methods == "all" else args.methods.split(","))]
@@ -141,7 +163,7 @@ def main(argv=None) -> int:
     rows += [(name, *VARIANTS[name]) for name in wanted]
     results = []
     for direction in args.directions.split(","):
-        cells = [(CLEAN, 0)] + ([(t, 5) for t in types] if direction == "v2t" else [])
+        cells = [(CLEAN, 0)] + ([(t, 5) for t in types] if direction == "v2t" else [(t, 7) for t in text_types])
         for backbone in backbones:
             checkpoint, model_version = models[backbone]
             ctx = TrialContext(render_cache=str(cache / "render"), checkpoint=checkpoint,
