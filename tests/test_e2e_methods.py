@@ -1,4 +1,5 @@
-"""All seven TTA methods, both directions, both backbones, from one grid through Ray Tune."""
+"""Every registered TTA method (the HAT-VTR paper's seven and DeYO, training-free TCR, TITAN), both directions, both
+backbones, from one grid through Ray Tune."""
 import pyarrow.parquet as pq
 import pytest
 

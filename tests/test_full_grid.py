@@ -27,13 +27,13 @@ def test_full_grid_is_the_papers_matrix(mlvp_env):
     qs = [t for t in plan.trials if t.scenario == "query_shift"]
     perturbed = [t for t in qs if t.perturbation != "clean" and t.direction == "v2t"]
     clean = [t for t in qs if t.perturbation == "clean"]
-    # 12 perturbations x 5 severities x 5 datasets x 7 methods x 2 backbones, plus the clean rows of both directions
-    assert len(perturbed) == 12 * 5 * 5 * 7 * 2 == 4200
-    assert len(clean) == 5 * 7 * 2 * 2
+    # 12 perturbations x 5 severities x 5 datasets x 10 methods x 2 backbones, plus the clean rows of both directions
+    assert len(perturbed) == 12 * 5 * 5 * 10 * 2 == 6000
+    assert len(clean) == 5 * 10 * 2 * 2
     # text query shift: the 10 character- and word-level types (the sentence-level ones need models not given
-    # here: listed in the plan's notes) at the authors' severities, x 5 datasets x 7 x 2
+    # here: listed in the plan's notes) at the authors' severities, x 5 datasets x 10 x 2
     text = [t for t in qs if t.perturbation != "clean" and t.direction == "t2v"]
-    assert len(text) == 10 * 5 * 7 * 2 == 700
+    assert len(text) == 10 * 5 * 10 * 2 == 1000
     assert {(t.perturbation, t.severity) for t in text if t.perturbation in ("ocr", "word_swap")} == {
         ("ocr", 7), ("word_swap", 2)}
     assert len(plan.notes) == 5 * 5 and all("unavailable" in n for n in plan.notes)
@@ -41,8 +41,8 @@ def test_full_grid_is_the_papers_matrix(mlvp_env):
     # query-gallery shift: 12 ordered pairs and 4 zero-shot datasets, both directions, clean
     cross = [t for t in plan.trials if t.scenario == "cross_dataset"]
     zero = [t for t in plan.trials if t.scenario == "zero_shot"]
-    assert len(cross) == 12 * 2 * 7 * 2 == 336 and len(zero) == 4 * 2 * 7 * 2 == 112
-    assert len(plan.trials) == 4200 + 140 + 700 + 336 + 112
+    assert len(cross) == 12 * 2 * 10 * 2 == 480 and len(zero) == 4 * 2 * 10 * 2 == 160
+    assert len(plan.trials) == 6000 + 200 + 1000 + 480 + 160
     assert {(t.source_dataset, t.dataset) for t in cross} == {(a, b) for a in ("msrvtt", "activitynet", "lsmdc",
                                                                                "msvd") for b in ("msrvtt",
                                                                                "activitynet", "lsmdc", "msvd")
@@ -52,10 +52,11 @@ def test_full_grid_is_the_papers_matrix(mlvp_env):
     t = next(t for t in cross if t.source_dataset == "lsmdc" and t.backbone == "xpool")
     assert t.model_version == next(q.model_version for q in qs if q.dataset == "lsmdc" and q.backbone == "xpool")
     assert {t.dataset for t in plan.trials} == set(N_TEST)
-    assert {t.method for t in plan.trials} == {"source", "tent", "read", "sar", "eata", "tcr", "hat_vtr"}
+    assert {t.method for t in plan.trials} == {"source", "tent", "read", "sar", "eata", "deyo", "tcr",
+                                               "tcr_untrained", "hat_vtr", "titan"}
     assert {t.resolution for t in plan.trials} == {224}
     assert {t.clip_model for t in plan.trials} == {"ViT-B-32-quickgelu"}
-    # each dataset's query clips are rendered once per (perturbation, severity) and shared by its 14 trials; the
+    # each dataset's query clips are rendered once per (perturbation, severity) and shared by its 20 trials; the
     # QGS cells need only the clean clips, which query shift renders already
     assert plan.render_count() == sum(N_TEST.values()) * (12 * 5 + 1)
     fine_tuned = [m for (b, src), m in plan.models.items() if src != "pretrained"]
@@ -68,8 +69,8 @@ def test_full_grid_cli_plan_and_a_clear_error_without_the_environment(mlvp_env):
     out = subprocess.run([sys.executable, "-m", "orchestrator", "plan", str(FULL), "--results-dir",
                           str(mlvp_env / "results")], capture_output=True, text=True, env=env, cwd=REPO)
     assert out.returncode == 0, out.stderr
-    assert "5488 trials" in out.stdout and "5488 to run" in out.stdout
-    for line in ("query_shift: 5040 trials", "cross_dataset: 336 trials", "zero_shot: 112 trials"):
+    assert "7840 trials" in out.stdout and "7840 to run" in out.stdout
+    for line in ("query_shift: 7200 trials", "cross_dataset: 480 trials", "zero_shot: 160 trials"):
         assert line in out.stdout
 
     env.pop("MLVP_DATA")   # `plan` sizes the grid without it (tests/test_plan_without_data.py); `submit` stops

@@ -1,6 +1,8 @@
 """The TTA methods (docs/faithfulness.md): loss terms against hand-computed values, the hub-suppression formula
 worked by hand, every registered method on a micro-model stream (both backbones, both directions), determinism, NaN
-guards, faithful vs corrected behaviour, the authors' per-configuration settings and option checking."""
+guards, faithful vs corrected behaviour, the authors' per-configuration settings and option checking. DeYO,
+training-free TCR and TITAN have their own file (tests/test_methods_other_papers.py); the parametrised tests here
+cover them too."""
 import json
 import math
 
@@ -22,6 +24,12 @@ from workloads.methods.sar import SAM, sar_second_loss, sar_threshold
 ADAPTING = tuple(n for n in METHODS.names() if METHODS.lookup(n).adapts)
 # methods whose corrected mode (`faithful: false`) is a different method from the faithful one
 WITH_CORRECTED_MODE = tuple(n for n in METHODS.names() if METHODS.lookup(n).corrected)
+# options that make a method adapt on the micro model's near-uniform predictions (DeYO's default entropy filter,
+# 0.5 ln G, keeps nobody there: it would pass the tests below by never updating)
+STREAM_OPTIONS = {"deyo": {"deyo_margin": 2.0, "plpd_threshold": -1.0}}
+# the methods of the HAT-VTR authors' code (vtr_tta): the others come from other papers' code (DeYO's, TCR's) or
+# from a paper alone (TITAN), and have no shipped configuration there
+VTR_TTA_METHODS = ("source", "tent", "read", "sar", "eata", "tcr", "hat_vtr")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -429,7 +437,7 @@ def test_hat_vtr_empty_reliable_memory_and_empty_na_selection_give_zero_terms():
 def test_each_method_adapts_only_query_tower_layernorms(streams, name, backbone, direction):
     s = streams[(backbone, direction)]
     for faithful in (True, False):
-        m, scores = s.run(name, faithful=faithful)
+        m, scores = s.run(name, faithful=faithful, **STREAM_OPTIONS.get(name, {}))
         assert scores.shape == (36, 36) and torch.isfinite(scores).all(), (name, faithful)
         changed = s.changed()
         assert changed <= s.query_ln_names(), (name, faithful, changed - s.query_ln_names())
@@ -441,7 +449,10 @@ def test_faithful_mode_takes_the_authors_shipped_config_of_each_method_direction
     """Walks the table of the authors' 28 TTA configs: a faithful method built for that (direction, backbone) runs
     with the shipped settings; the corrected mode keeps the paper's (the method's own per-direction rate, RM 16)."""
     assert len(REFERENCE_CONFIGS) == 28
-    assert {m for m, _, _ in REFERENCE_CONFIGS} == set(METHODS.names())
+    assert {m for m, _, _ in REFERENCE_CONFIGS} == set(VTR_TTA_METHODS) <= set(METHODS.names())
+    for name in set(METHODS.names()) - set(VTR_TTA_METHODS):   # no shipped setting: the method's own rate
+        m = streams[("clip4clip", "v2t")].method(name)
+        assert m.learning_rate == type(m).lr["v2t"], name
     for (name, direction, backbone), (config_file, settings) in REFERENCE_CONFIGS.items():
         s = streams[(backbone, direction)]
         assert config_file.endswith(".json") and f"/{direction}/{backbone}_" in config_file
@@ -474,9 +485,9 @@ def test_determinism_two_runs_identical(streams):
     s = streams[("xpool", "v2t")]
     for name in ADAPTING:
         torch.manual_seed(0)
-        _, a = s.run(name)
+        _, a = s.run(name, **STREAM_OPTIONS.get(name, {}))
         torch.manual_seed(0)
-        _, b = s.run(name)
+        _, b = s.run(name, **STREAM_OPTIONS.get(name, {}))
         assert torch.equal(a, b), name
 
 
@@ -522,7 +533,7 @@ def test_nan_guards_on_tiny_batches(streams):
         batches = [QueryBatch(0, q[:2]), QueryBatch(1, q[2:18]), QueryBatch(2, q[18:34]), QueryBatch(3, q[34:36])]
         for name in ADAPTING:
             for faithful in (True, False):
-                m, scores = s.run(name, batches=batches, faithful=faithful)
+                m, scores = s.run(name, batches=batches, faithful=faithful, **STREAM_OPTIONS.get(name, {}))
                 assert scores.shape == (36, 36) and torch.isfinite(scores).all(), (key, name, faithful)
                 assert all(torch.isfinite(p).all() for p in m.params)
 
@@ -540,7 +551,7 @@ def test_eata_corrected_skips_updates_when_nothing_is_reliable(streams):
 # ------------------------------------------------------------------------------------------------------------
 
 def test_registry_order():
-    assert NAMES == ("source", "tent", "read", "sar", "eata", "tcr", "hat_vtr")
+    assert NAMES == ("source", "tent", "read", "sar", "eata", "deyo", "tcr", "tcr_untrained", "hat_vtr", "titan")
 
 
 def test_options_are_checked(streams):

@@ -209,3 +209,48 @@ def test_uniform_occurrence_has_no_hubness():
 def test_summarise_combines_and_records_k():
     out = summarise(np.eye(4), np.arange(4), k=2)
     assert out["R1"] == 100 and out["hub_k"] == 2 and "hub_skewness" in out
+
+
+# -- TCR's embedding diagnostics (docs/faithfulness.md: Diagnostics) ----------------------------------------------
+def _unit(x):
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_uniformity_and_modality_gap_extremes():
+    from workloads.metrics import modality_gap, uniformity
+
+    u = np.array([[0.6, 0.8, 0.0]])
+    same = np.repeat(u, 5, axis=0)
+    assert uniformity(same) == 0.0 and modality_gap(same, same) == 0.0            # identical inputs
+    assert uniformity(same * np.arange(1, 6)[:, None]) == pytest.approx(0.0)     # rows are normalised first
+    pairs = np.concatenate([np.eye(3), -np.eye(3)])                              # antipodal pairs: centre 0
+    assert uniformity(pairs) == pytest.approx(1.0)
+    assert modality_gap(same, -same) == pytest.approx(2.0)                       # opposite directions
+    # by hand: rows (1, 0) and (0, 1): centre (.5, .5), each at sqrt(.5); gap to (1, 0): |(-.5, .5)|
+    assert uniformity(np.eye(2)) == pytest.approx(np.sqrt(0.5))
+    assert modality_gap(np.eye(2), np.array([[1.0, 0.0]])) == pytest.approx(np.sqrt(0.5))
+    assert uniformity(torch.eye(2)) == pytest.approx(np.sqrt(0.5))               # tensors too
+    for bad in (np.zeros((0, 3)), np.zeros((2, 3)), np.array([[np.nan, 1.0]])):
+        with pytest.raises(ValueError):
+            uniformity(bad)
+
+
+def test_scaling_queries_about_their_centre_raises_uniformity_and_moving_them_lowers_the_gap():
+    from workloads.metrics import DIAGNOSTIC_METRICS, embedding_diagnostics, modality_gap, uniformity
+
+    rng = np.random.default_rng(0)
+    q = _unit(np.array([1.0, 0, 0, 0]) + 0.3 * rng.standard_normal((50, 4)))      # a compact query cloud
+    g = _unit(np.array([0.3, 1.0, 0, 0]) + 0.5 * rng.standard_normal((80, 4)))    # the gallery elsewhere
+    centre = q.mean(0)
+    before_u, before_g = uniformity(q), modality_gap(q, g)
+    for lam in (1.5, 2.0, 3.0):   # TCR Eq. 12, then re-normalised as TCR does
+        assert uniformity(_unit(centre + lam * (q - centre))) > before_u
+    assert uniformity(_unit(centre + 0.5 * (q - centre))) < before_u          # lambda < 1 lowers it
+    for lam in (0.25, 0.5, 0.75):  # TCR Eq. 13 towards the gallery centre, re-normalised
+        assert modality_gap(_unit(q - lam * (centre - g.mean(0))), g) < before_g
+    d = embedding_diagnostics(q, g, "shifted")
+    assert d == {"uniformity_shifted": before_u, "modality_gap_shifted": before_g}
+    assert set(DIAGNOSTIC_METRICS) == {f"{m}_{s}" for m in ("uniformity", "modality_gap")
+                                       for s in ("clean", "shifted", "adapted")}
+    with pytest.raises(ValueError, match="stage must be one of clean, shifted, adapted"):
+        embedding_diagnostics(q, g, "after")

@@ -24,6 +24,9 @@ the query's video id).
 
 Hubness: the scikit-hubness definitions of the k-occurrence measures (docs/faithfulness.md: Metrics); ties in a
 top-k are broken by lower gallery index, so the k-occurrence is deterministic.
+
+Embedding diagnostics (docs/faithfulness.md: Diagnostics): TCR's intra-modality uniformity of the query embeddings
+and the modality gap between query and gallery embeddings, on L2-normalised rows [n, D].
 """
 from __future__ import annotations
 
@@ -237,6 +240,48 @@ def summarise(scores, gt_index, k: int = 10, ties: str = "expected", gallery_gro
     return out
 
 
+def _unit_rows(z) -> np.ndarray:
+    if hasattr(z, "detach"):  # torch tensor, without importing torch here
+        z = z.detach().float().cpu().numpy()
+    z = np.asarray(z, dtype=np.float64)
+    if z.ndim != 2 or z.shape[0] == 0:
+        raise ValueError(f"embeddings must be [n >= 1, D], got shape {z.shape}")
+    norm = np.linalg.norm(z, axis=1, keepdims=True)
+    if not (np.isfinite(z).all() and (norm > 0).all()):
+        raise ValueError("embeddings must be finite and non-zero")
+    return z / norm
+
+
+def uniformity(z) -> float:
+    """TCR's intra-modality uniformity (Li et al. 2025, Appendix A, Eq. 14): the mean distance of the L2-normalised
+    rows of z [n, D] from their centre, (1/n) sum_i ||z_i - mean z||. In [0, 1]: 0 when every row points the same
+    way (identical inputs), 1 when the rows come in antipodal pairs (their centre is the origin and each row is at
+    distance 1 from it; mean distance <= sqrt(1 - ||mean z||^2) <= 1 for unit rows). Higher = queries more spread
+    out, easier to tell apart."""
+    u = _unit_rows(z)
+    return float(np.linalg.norm(u - u.mean(0), axis=1).mean())
+
+
+def modality_gap(z_query, z_gallery) -> float:
+    """TCR's inter-modality gap (Li et al. 2025, Appendix A, Eq. 15): the distance between the centres of the
+    L2-normalised query rows [n, D] and gallery rows [m, D], ||mean z_q - mean z_g||. In [0, 2]: 0 when the two
+    centres coincide (identical inputs), 2 when every query is u and every gallery item -u."""
+    return float(np.linalg.norm(_unit_rows(z_query).mean(0) - _unit_rows(z_gallery).mean(0)))
+
+
+# the diagnostics a trial reports (workloads/trial.py): uniformity of the query embeddings and their gap to the
+# gallery, on the clean queries, the shifted queries before adaptation and the queries as the method scored them
+DIAGNOSTIC_STAGES = ("clean", "shifted", "adapted")
+DIAGNOSTIC_METRICS = tuple(f"{m}_{stage}" for m in ("uniformity", "modality_gap") for stage in DIAGNOSTIC_STAGES)
+
+
+def embedding_diagnostics(z_query, z_gallery, stage: str) -> dict[str, float]:
+    """{uniformity_<stage>, modality_gap_<stage>} for one set of query embeddings against the gallery's."""
+    if stage not in DIAGNOSTIC_STAGES:
+        raise ValueError(f"stage must be one of {', '.join(DIAGNOSTIC_STAGES)}, got {stage!r}")
+    return {f"uniformity_{stage}": uniformity(z_query), f"modality_gap_{stage}": modality_gap(z_query, z_gallery)}
+
+
 def is_finite_matrix(x) -> bool:
     if hasattr(x, "detach"):
         import torch
@@ -246,4 +291,5 @@ def is_finite_matrix(x) -> bool:
 
 
 __all__ = ["TIE_RULES", "tie_rule", "recall_hits", "retrieval_metrics", "ranks", "hubness", "k_occurrence",
-           "summarise", "is_finite_matrix"]
+           "summarise", "is_finite_matrix", "uniformity", "modality_gap", "embedding_diagnostics",
+           "DIAGNOSTIC_STAGES", "DIAGNOSTIC_METRICS"]

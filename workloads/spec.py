@@ -146,6 +146,12 @@ class TrialResult:
     failed_batch: int | None = None
     environment: dict[str, str] = field(default_factory=dict)
     scores_path: str | None = None
+    # whether the method ran as its authors' code does: the grid's `faithful`, false for a method derived from its
+    # paper alone (TITAN); None in entries recorded before the field existed
+    method_faithful: bool | None = None
+    notes: list[str] = field(default_factory=list)   # what the trial says of itself that is neither an error nor a
+                                                      # fallback: what a method derived from its paper, a skipped
+                                                      # diagnostic
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

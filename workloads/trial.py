@@ -3,6 +3,13 @@
     dataset test split -> model (fine-tuned checkpoint) -> gallery features (encoded once, cached on disk)
     -> query stream (rendered clips from the render cache, or captions) -> online TTA -> scores -> metrics
 
+Every trial also reports TCR's embedding diagnostics (workloads/metrics.py `embedding_diagnostics`,
+docs/faithfulness.md: Diagnostics): the uniformity of the query embeddings and their modality gap to the gallery on
+the clean queries, on the shifted queries before adaptation (both from the unadapted model, cached on disk beside
+the galleries: the clean ones are the other direction's gallery, the shifted ones are shared by every method of a
+cell) and on the queries as the method scored them. A method that learns from the source domain (TITAN) is given
+encoded pairs of the dataset's train split (cached likewise) or told why there are none.
+
 A query clip missing from the render cache (its video failed to decode or perturb) is dropped from the stream and
 listed in the result: a corrupt video fails that video, not the trial. In t2v a failed gallery video also drops
 the caption that points at it.
@@ -10,6 +17,7 @@ the caption that points at it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import platform
 import time
@@ -26,13 +34,14 @@ from workloads.atomic import atomic_path
 from workloads.backbones import create_backbone
 from workloads.backbones.model import VideoTextModel
 from workloads.datasets import create_dataset
-from workloads.datasets.base import Split
-from workloads.methods import Gallery, NonFiniteError, QueryBatch, create_method, run_stream
-from workloads.metrics import k_occurrence, recall_hits, summarise, tie_rule
+from workloads.datasets.base import DatasetError, Split
+from workloads.methods import Gallery, NonFiniteError, QueryBatch, SourceFeatures, create_method, run_stream
+from workloads.metrics import embedding_diagnostics, k_occurrence, recall_hits, summarise, tie_rule
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
 from workloads.seeding import digest
 from workloads.spec import CLEAN, TrialResult, TrialSpec
 from workloads.text_queries import TextSetKey, read_text_set
+from workloads.video_io import VideoDecodeError, read_frames, resize_center_crop
 
 
 @dataclass
@@ -160,36 +169,156 @@ def _read_clip(cache: RenderCache, key: RenderKey) -> np.ndarray:
         raise RuntimeError(f"render cache entry corrupt, removed: {err}; re-submit the grid to re-render it") from None
 
 
+def _model_key(spec: TrialSpec) -> dict[str, Any]:
+    """What features of the unadapted model depend on besides their inputs (part of every feature cache key)."""
+    return {"model": spec.model_version, "backbone": spec.backbone, "clip": spec.clip_model, "data": spec.data_version,
+            "dataset": spec.dataset, "frames": spec.num_frames, "res": spec.resolution, "precision": spec.precision,
+            "trial": TRIAL_VERSION, "render": RENDER_VERSION}
+
+
+def _autocast(spec: TrialSpec, ctx: TrialContext):
+    return torch.autocast(torch.device(ctx.device).type, dtype=torch.bfloat16, enabled=spec.precision == "bf16")
+
+
+def _cached_features(ctx: TrialContext, name: str, compute: Callable[[], Any]) -> Any:
+    """`compute()` (a tensor or a dict of tensors), kept in the gallery cache as `name` when the trial has one."""
+    path = Path(ctx.gallery_cache) / name if ctx.gallery_cache else None
+    if path is not None and path.is_file():
+        try:
+            return torch.load(path, map_location=ctx.device, weights_only=True)
+        except Exception:
+            path.unlink(missing_ok=True)  # unreadable: compute again
+    value = compute()
+    if path is not None:
+        with atomic_path(path) as tmp:
+            torch.save(value, tmp)
+    return value
+
+
 @torch.no_grad()
 def encode_gallery(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, test: Split, rows: list[int],
                    ctx: TrialContext) -> Gallery:
     """Gallery features from the unadapted model, cached on disk per (model, data, direction, frames, res)."""
-    gkey = digest({"model": spec.model_version, "backbone": spec.backbone, "clip": spec.clip_model,
-                   "data": spec.data_version, "dataset": spec.dataset, "direction": spec.direction,
-                   "rows": digest(rows), "frames": spec.num_frames, "res": spec.resolution,
-                   "precision": spec.precision, "trial": TRIAL_VERSION, "render": RENDER_VERSION})
-    path = Path(ctx.gallery_cache) / f"{spec.dataset}-{spec.backbone}-{spec.direction}-{gkey}.pt" \
-        if ctx.gallery_cache else None
-    if path is not None and path.is_file():
-        try:
-            return Gallery(spec.direction, torch.load(path, map_location=ctx.device, weights_only=True))
-        except Exception:
-            path.unlink(missing_ok=True)  # unreadable: re-encode
-    autocast = torch.autocast(torch.device(ctx.device).type, dtype=torch.bfloat16,
-                              enabled=spec.precision == "bf16")
-    with autocast:
-        if spec.direction == "v2t":
-            captions = [test.pairs[i].caption for i in rows]
-            feats = torch.cat([model.encode_text(model.tokenize(captions[s:s + 64]))
-                               for s in range(0, len(captions), 64)])
-        else:
-            feats = torch.cat([model.encode_frames(batch.inputs) for batch in
-                               _clip_batches(spec, model, cache, test, rows, [(CLEAN, 0)] * len(test))])
-    feats = feats.float()
-    if path is not None:
-        with atomic_path(path) as tmp:
-            torch.save(feats.cpu(), tmp)
-    return Gallery(spec.direction, feats)
+    gkey = digest({**_model_key(spec), "direction": spec.direction, "rows": digest(rows)})
+
+    def encode() -> torch.Tensor:
+        with _autocast(spec, ctx):
+            if spec.direction == "v2t":
+                feats = encode_captions(model, [test.pairs[i].caption for i in rows])
+            else:
+                feats = torch.cat([model.encode_frames(batch.inputs) for batch in
+                                   _clip_batches(spec, model, cache, test, rows, [(CLEAN, 0)] * len(test))])
+        return feats.float().cpu()
+
+    feats = _cached_features(ctx, f"{spec.dataset}-{spec.backbone}-{spec.direction}-{gkey}.pt", encode)
+    return Gallery(spec.direction, feats.to(ctx.device))
+
+
+def encode_captions(model: VideoTextModel, captions: list[str]) -> torch.Tensor:
+    """Unnormalised text features [N, D] of captions, 64 at a time."""
+    return torch.cat([model.encode_text(model.tokenize(captions[s:s + 64])) for s in range(0, len(captions), 64)])
+
+
+def unit_embeddings(features: torch.Tensor) -> torch.Tensor:
+    """The L2-normalised embedding of each row of encoder features: texts [N, D] as they are, videos [N, T, D] by
+    the mean of their frames (the features TCR's losses consume: TTAMethod.query_embedding)."""
+    return torch.nn.functional.normalize((features.mean(1) if features.dim() == 3 else features).float(), dim=-1)
+
+
+@torch.no_grad()
+def clean_query_embeddings(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, test: Split,
+                           query_rows: list[int], ctx: TrialContext) -> tuple[torch.Tensor | None, str]:
+    """Unit embeddings of the trial's queries unperturbed, from the unadapted model: the other direction's gallery
+    features (the same cache entry), restricted to the queries. (None, reason) when a v2t query's clean clip is not
+    in the render cache."""
+    other = dataclasses.replace(spec, direction="t2v" if spec.direction == "v2t" else "v2t")
+    if spec.direction == "t2v":
+        texts = encode_gallery(other, model, cache, test, list(range(len(test))), ctx).features
+        return unit_embeddings(texts[query_rows]), ""
+    video_rows, _ = video_groups(test)
+    rows, dropped, _ = _load_clips(other, cache, test, [(CLEAN, 0)] * len(test), video_rows)
+    position = {r: j for j, r in enumerate(rows)}
+    if not all(r in position for r in query_rows):
+        return None, f"{len(dropped)} clean clips not rendered ({dropped[0]['video_id']}, ...)"
+    videos = encode_gallery(other, model, cache, test, rows, ctx).features
+    return unit_embeddings(videos[[position[r] for r in query_rows]]), ""
+
+
+@torch.no_grad()
+def shifted_query_embeddings(spec: TrialSpec, model: VideoTextModel, batches, ctx: TrialContext, key: dict
+                             ) -> torch.Tensor:
+    """Unit embeddings of the trial's (shifted) queries from the unadapted model, before any adaptation: one pass
+    over `batches()` (a fresh iterator of the stream's QueryBatches), cached per cell (`key`: what the queries are)."""
+    def encode() -> torch.Tensor:
+        with _autocast(spec, ctx):
+            feats = [model.encode_frames(b.inputs) if spec.direction == "v2t" else model.encode_text(b.inputs)
+                     for b in batches()]
+        return unit_embeddings(torch.cat(feats)).cpu()
+
+    qkey = digest({**_model_key(spec), "direction": spec.direction, "queries": key})
+    return _cached_features(ctx, f"{spec.dataset}-{spec.backbone}-{spec.direction}-queries-{qkey}.pt", encode)
+
+
+def source_split_rows(train: Split, n: int) -> list[int]:
+    """At most n pairs of a train split for a method's source stage: the first caption of n distinct videos evenly
+    spaced through the split (all videos when it has fewer)."""
+    first: dict[str, int] = {}
+    for i, pair in enumerate(train.pairs):
+        first.setdefault(pair.video_id, i)
+    rows = list(first.values())
+    if len(rows) <= n:
+        return rows
+    return [rows[int(k)] for k in np.linspace(0, len(rows) - 1, n).round().astype(int)]
+
+
+@torch.no_grad()
+def encode_source(spec: TrialSpec, model: VideoTextModel, ctx: TrialContext, n_pairs: int
+                  ) -> tuple[SourceFeatures | None, str]:
+    """Up to `n_pairs` encoded pairs of the checkpoint's source train split (the dataset's own, for query shift),
+    each video decoded at the trial's frames and resolution: (features, "") or (None, why there are none). Cached
+    in the gallery cache by content (model, the chosen pairs' ids and captions)."""
+    if spec.source_dataset == "pretrained":
+        return None, "a zero-shot checkpoint has no source train split"
+    if spec.source_dataset not in ("", spec.dataset):
+        return None, f"the source {spec.source_dataset}'s train split is not passed to trials on {spec.dataset}"
+    try:
+        train = create_dataset(spec.dataset, root=ctx.dataset_root, **ctx.dataset_options).train_split()
+    except (DatasetError, OSError) as err:
+        return None, f"no train split: {str(err).splitlines()[0]}"
+    rows = source_split_rows(train, n_pairs)
+    if not rows:
+        return None, "the train split is empty"
+    picked = Split(train.dataset, train.name, tuple(train.pairs[i] for i in rows))
+
+    def encode() -> dict[str, torch.Tensor]:
+        kept, clips, video_feats = [], [], []
+
+        def flush():
+            if clips:
+                frames = model.preprocess_frames(torch.from_numpy(np.stack(clips)))
+                video_feats.append(model.encode_frames(frames).float().cpu())
+                clips.clear()
+
+        with _autocast(spec, ctx):
+            for pair in picked.pairs:
+                try:
+                    clips.append(resize_center_crop(read_frames(pair.video_path, spec.num_frames), model.image_size))
+                except VideoDecodeError:
+                    continue
+                kept.append(pair.caption)
+                if len(clips) == spec.batch_size:
+                    flush()
+            flush()
+            if not kept:
+                return {"text": torch.zeros(0), "video": torch.zeros(0)}
+            text = encode_captions(model, kept).float().cpu()
+        return {"text": unit_embeddings(text), "video": unit_embeddings(torch.cat(video_feats))}
+
+    skey = digest({**_model_key(spec), "source": picked.fingerprint})
+    feats = _cached_features(ctx, f"{spec.dataset}-{spec.backbone}-source-{skey}.pt", encode)
+    if feats["text"].dim() != 2 or len(feats["text"]) == 0:
+        return None, "no video of the train split could be decoded"
+    return SourceFeatures(feats["text"].to(ctx.device), feats["video"].to(ctx.device)), ""
 
 
 def batch_recall(scores, gt, batch_size: int, ties: str, gallery_groups=None) -> list[float]:
@@ -256,20 +385,54 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
 
         gallery = encode_gallery(spec, model, cache, test, gallery_rows, ctx)
         result.timings["gallery_s"] = time.perf_counter() - t0
+        if spec.direction == "v2t":
+            def batches():
+                return _clip_batches(spec, model, cache, test, query_rows, cells)
+        else:
+            texts = [captions[i] for i in query_rows]
+            tokens = model.tokenize(texts)
+
+            def batches():
+                return (QueryBatch(b, tokens[s:s + spec.batch_size], tuple(texts[s:s + spec.batch_size]))
+                        for b, s in enumerate(range(0, len(query_rows), spec.batch_size)))
+
+        # diagnostics before adaptation: the model is still the unadapted one
+        t_diag = time.perf_counter()
+        gallery_z = unit_embeddings(gallery.features)
+        clean_z, why = clean_query_embeddings(spec, model, cache, test, query_rows, ctx)
+        if clean_z is None:
+            result.notes.append(f"diagnostics on clean queries skipped: {why}")
+        if spec.perturbation == CLEAN and not spec.mix and clean_z is not None:
+            shifted_z = clean_z   # the trial's queries are the clean ones
+        else:
+            shifted_z = shifted_query_embeddings(spec, model, batches, ctx, {
+                "cell": spec.cell, "mix": spec.mix, "seed": spec.seed, "assets": spec.render_assets,
+                "rows": digest(query_rows), "texts": digest(texts) if spec.direction == "t2v" else ""})
+        diagnostics_s = time.perf_counter() - t_diag
+
         method = create_method(spec.method, model, spec.direction, gallery, steps=spec.steps,
                                faithful=spec.faithful, precision=spec.precision, **spec.method_options)
-        if spec.direction == "v2t":
-            batches = _clip_batches(spec, model, cache, test, query_rows, cells)
-        else:
-            tokens = model.tokenize([captions[i] for i in query_rows])
-            batches = (QueryBatch(b, tokens[s:s + spec.batch_size])
-                       for b, s in enumerate(range(0, len(query_rows), spec.batch_size)))
+        if method.source_pairs():
+            t_source = time.perf_counter()
+            method.attach_source(*encode_source(spec, model, ctx, method.source_pairs()))
+            result.timings["source_s"] = time.perf_counter() - t_source
         t1 = time.perf_counter()
-        scores = run_stream(method, batches, progress=progress)
+        scores = run_stream(method, batches(), progress=progress)
         result.timings["adapt_s"] = time.perf_counter() - t1
         result.timings["per_query_ms"] = 1000 * result.timings["adapt_s"] / len(query_rows)
+        result.method_faithful = spec.faithful and not method.paper_derived
+        if method.paper_derived:
+            result.notes.append(method.paper_derived)
+        result.fallbacks = result.fallbacks + method.fallbacks
         result.metrics = summarise(scores, gt, k=spec.hub_k, ties=tie_rule(spec.faithful),
                                    gallery_groups=gallery_groups)
+        t_diag = time.perf_counter()
+        stages = {"clean": clean_z, "shifted": shifted_z, "adapted": torch.cat(method.query_embeddings)}
+        for stage, z in stages.items():
+            if z is not None:
+                result.metrics.update(embedding_diagnostics(z, gallery_z, stage))
+        result.timings["diagnostics_s"] = diagnostics_s + time.perf_counter() - t_diag
+        result.metrics.update(method.stream_stats(gt, gallery_groups))
         result.k_occurrence = k_occurrence(scores, spec.hub_k).tolist()
         result.batch_R1 = batch_recall(scores, gt, spec.batch_size, tie_rule(spec.faithful), gallery_groups)
         result.n_queries, result.n_gallery = int(scores.shape[0]), int(scores.shape[1])

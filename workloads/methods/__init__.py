@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 # the loop's names come from workloads.methods.base on first use: it imports torch (~1 s), which listing or
 # checking method names (a grid's validation, `plan`, `status`) must not
-_FROM_BASE = ("ForwardOutput", "Gallery", "NonFiniteError", "QueryBatch", "TTAMethod", "iter_batches", "run_stream")
+_FROM_BASE = ("ForwardOutput", "Gallery", "NonFiniteError", "QueryBatch", "SourceFeatures", "TTAMethod", "iter_batches",
+              "run_stream")
 
 
 def __getattr__(name: str):

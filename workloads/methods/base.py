@@ -11,7 +11,18 @@ A method is a subclass of `TTAMethod` overriding a few hooks:
 - `step(batch, step)`           one forward/backward/update (SAR overrides it for SAM's two passes);
 - `forward_output(batch)`       how features and scores are computed (HAT-VTR normalises differently);
 - `score(out, batch)`           the scores returned for ranking (HAT-VTR re-ranks them);
-- `reset_memory()`              clear method state kept across batches.
+- `reset_memory()`              clear method state kept across batches;
+- `query_embedding(out)`        the L2-normalised query embedding [B, D] the trial's diagnostics read after scoring
+                                (default: the mean of `out.query_feat` over frames, normalised);
+- `source_pairs()` / `attach_source(features, reason)`  a method that learns from the source domain's train split
+                                (TITAN's bias-correction head) asks the trial for that many encoded pairs;
+- `stream_stats(gt, gallery_groups)`  after the stream, figures about the method's own working (how many queries
+                                DeYO selected, how often TITAN's pseudo-labels were right), reported with the
+                                trial's metrics; the ground truth comes only once every score is final.
+
+After each batch the loop keeps `query_embedding` of the scoring forward (`query_embeddings`, on the CPU): the
+adapted query features of docs/faithfulness.md "Diagnostics". `fallbacks` lists, in one line each, the stand-ins a
+method uses and the components it switched off for want of their input; the trial records them with its result.
 """
 from __future__ import annotations
 
@@ -65,13 +76,34 @@ class Gallery:
 
 @dataclass
 class QueryBatch:
-    """One batch of the query stream: normalised frames [B, T, 3, H, W] (v2t) or token ids [B, L] (t2v)."""
+    """One batch of the query stream: normalised frames [B, T, 3, H, W] (v2t) or token ids [B, L] (t2v). `texts`:
+    the t2v queries' caption strings, in batch order, where the stream has them (workloads/trial.py fills them;
+    TITAN's counterfactual masking reads the words); None for video queries."""
 
     index: int
     inputs: torch.Tensor
+    texts: tuple[str, ...] | None = None
 
     def __len__(self) -> int:
         return self.inputs.shape[0]
+
+
+@dataclass
+class SourceFeatures:
+    """Encoded pairs of the source domain's train split (the checkpoint's own training data), from the unadapted
+    model: L2-normalised text features [N, D] and video features [N, D] (the mean of a clip's frame features,
+    normalised), row i of each from the same pair."""
+
+    text: torch.Tensor
+    video: torch.Tensor
+
+    def __post_init__(self):
+        if self.text.dim() != 2 or self.text.shape != self.video.shape:
+            raise ValueError(f"source text and video features must both be [N, D], got {tuple(self.text.shape)} and "
+                             f"{tuple(self.video.shape)}")
+
+    def __len__(self) -> int:
+        return self.text.shape[0]
 
 
 @dataclass
@@ -105,6 +137,9 @@ class TTAMethod:
     adapts: ClassVar[bool] = True
     # what `faithful: false` changes, in one line ("" when both modes are the same method); docs/faithfulness.md
     corrected: ClassVar[str] = ""
+    # a method with no authors' code to be faithful to says here what was derived from its paper ("" otherwise):
+    # its trials record method_faithful: false whatever the grid's flag (workloads/trial.py)
+    paper_derived: ClassVar[str] = ""
     # method-specific options, checked when a grid loads (workloads.options.Option: kind, default, range)
     OPTIONS: ClassVar[dict[str, Option]] = {}
     # options every method takes (they are constructor arguments, not method state)
@@ -143,6 +178,8 @@ class TTAMethod:
         self.steps = int(steps)
         self.faithful = bool(faithful)
         self.precision = precision
+        self.fallbacks: list[str] = []
+        self.query_embeddings: list[torch.Tensor] = []
         o = type(self).validate_options(options, self.faithful)
         if self.faithful:  # the authors' shipped setting for this (method, direction, backbone), unless overridden
             for key, value in reference_settings(self.name, direction, getattr(model, "backbone", "")).items():
@@ -185,10 +222,25 @@ class TTAMethod:
         self.model.load_state_dict(model_state)
         if self.optimizer is not None and opt_state is not None:
             self.optimizer.load_state_dict(opt_state)
+        self.query_embeddings = []
         self.reset_memory()
 
     def reset_memory(self) -> None:
         """Clear state a method keeps across batches (queues, memories)."""
+
+    # -- the source domain (methods that learn from it) ---------------------------------------------------------
+    def source_pairs(self) -> int:
+        """How many pairs of the source train split the method wants encoded (0: none)."""
+        return 0
+
+    def attach_source(self, features: SourceFeatures | None, reason: str = "") -> None:
+        """Receive the source pairs (`features`), or None with the one-line `reason` there are none. Called by the
+        trial after construction and before the stream; a method that asks for pairs must accept None."""
+
+    def stream_stats(self, gt, gallery_groups=None) -> dict[str, float]:
+        """Figures about the finished stream, named `<method>_<what>` ({} by default). `gt`: each query's positive
+        (a gallery index, or a group of `gallery_groups`), given only after the last batch is scored."""
+        return {}
 
     def autocast(self):
         if self.precision == "bf16":
@@ -232,6 +284,16 @@ class TTAMethod:
     def score(self, out: ForwardOutput, batch: QueryBatch) -> torch.Tensor:
         return out.scores
 
+    def query_embedding(self, out: ForwardOutput) -> torch.Tensor:
+        """The L2-normalised query embedding [B, D] of a forward: `query_feat` (frames averaged) normalised, i.e. the
+        features TCR's losses consume (docs/faithfulness.md: Diagnostics)."""
+        q = out.query_feat
+        return F.normalize(q.mean(1) if q.dim() == 3 else q, dim=-1)
+
+    def _keep_embedding(self, out: ForwardOutput) -> None:
+        if out.query_feat is not None:
+            self.query_embeddings.append(self.query_embedding(out).detach().float().cpu())
+
     def adapt_and_score(self, batch: QueryBatch) -> torch.Tensor:
         """Adapt on one batch (`steps` updates) and return its scores [B, G] from the last step's forward."""
         out = None
@@ -241,6 +303,7 @@ class TTAMethod:
         self._check_finite(scores, "scores", batch)
         if self.params and not all(torch.isfinite(p).all() for p in self.params):
             raise NonFiniteError("LayerNorm parameters", batch.index)
+        self._keep_embedding(out)
         return scores
 
     @staticmethod
@@ -260,8 +323,10 @@ class NoAdaptation(TTAMethod):
 
     def adapt_and_score(self, batch: QueryBatch) -> torch.Tensor:
         with torch.no_grad():
-            scores = self.score(self.forward_output(batch), batch)
+            out = self.forward_output(batch)
+            scores = self.score(out, batch)
         self._check_finite(scores, "scores", batch)
+        self._keep_embedding(out)
         return scores
 
 

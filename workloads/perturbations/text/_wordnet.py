@@ -96,7 +96,20 @@ class WordNet:
         self.location = location
         self.reader = _open_reader(location)
         self._synonyms: dict[str, tuple[str, ...]] = {}
+        self._pos: dict[str, frozenset[str]] = {}
         self._lock = threading.Lock()
+
+    def parts_of_speech(self, word: str) -> frozenset[str]:
+        """The parts of speech WordNet's index lists `word` under (NLTK's morphy finds inflected forms: "moves" ->
+        move): a subset of {"n", "v", "a", "r"} (satellite adjectives count as "a"); empty for words WordNet does
+        not hold (articles, prepositions, conjunctions, pronouns). A lookup, not a tagger: the word's use in a
+        sentence is not considered."""
+        got = self._pos.get(word)
+        if got is None:
+            got = frozenset("a" if s.pos() == "s" else s.pos() for s in self.reader.synsets(word))
+            with self._lock:
+                self._pos[word] = got
+        return got
 
     def synonyms(self, word: str) -> tuple[str, ...]:
         """EDA's synonym set of `word`, sorted (the caller imposes the set order, see `set_order`): every lemma of
