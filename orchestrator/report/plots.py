@@ -232,6 +232,47 @@ def plot_cost(table: Table | None, out: Path) -> Path | None:
     return _save(fig, out / "tta_cost.png")
 
 
+def plot_diagnostics(df: pd.DataFrame, out: Path, methods: list[str]) -> list[Path]:
+    """Per (dataset, direction): the query embeddings' uniformity against their modality gap (TCR's Section 4.3,
+    workloads/metrics.py), one panel per backbone: the clean queries, the shifted ones before adaptation, and an
+    arrow from there to each method's adapted queries (means over the shifted cells)."""
+    qs = _qs_ok(df)
+    if not len(qs) or "uniformity_adapted" not in qs:
+        return []
+    plt, files = _plt(), []
+    for (ds, direction), part in qs.groupby(["dataset", "direction"], sort=False):
+        shifted = part[part["perturbation"] != CLEAN]
+        backbones = [b for b in dict.fromkeys(part["backbone"]) if shifted["uniformity_adapted"].notna().any()]
+        if not backbones or not len(shifted):
+            continue
+        fig, axes = plt.subplots(1, len(backbones), figsize=(4.2 * len(backbones), 3.4), squeeze=False)
+        for ax, b in zip(axes[0], backbones):
+            mine = shifted[shifted["backbone"] == b]
+            clean = part[(part["backbone"] == b)]
+            start = (mine["uniformity_shifted"].mean(), mine["modality_gap_shifted"].mean())
+            ax.scatter([clean["uniformity_clean"].mean()], [clean["modality_gap_clean"].mean()], marker="*", s=90,
+                       color="black", label="clean")
+            ax.scatter([start[0]], [start[1]], marker="o", color="grey", label="shifted, before")
+            for i, m in enumerate(x for x in methods if (mine["row"] == x).any()):
+                rows = mine[mine["row"] == m]
+                end = (rows["uniformity_adapted"].mean(), rows["modality_gap_adapted"].mean())
+                if any(pd.isna(v) for v in (*start, *end)):
+                    continue
+                colour = f"C{i}"
+                ax.annotate("", xy=end, xytext=start, arrowprops={"arrowstyle": "->", "color": colour})
+                ax.scatter([end[0]], [end[1]], color=colour, s=18, label=m)
+            ax.set_xlabel("uniformity (higher: more spread)", fontsize=8)
+            ax.set_ylabel("modality gap (lower: closer)", fontsize=8)
+            ax.set_title(b, fontsize=9)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=6)
+        fig.suptitle(f"query embeddings under shift: {ds}, {direction}", fontsize=10)
+        fig.tight_layout()
+        files.append(_save(fig, out / f"diagnostics_{ds}_{direction}.png"))
+    return files
+
+
 def _save(fig, path: Path) -> Path:
     _write(fig, path)
     _plt().close(fig)
