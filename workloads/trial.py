@@ -72,7 +72,7 @@ def _base_model(backbone: str, clip_model: str, checkpoint: str | None, clip_onl
 def load_model(spec: TrialSpec, ctx: TrialContext) -> VideoTextModel:
     """A fresh copy of the process's base model: weights and buffers copied, the tokenizer shared. Adaptation
     never touches the tokenizer, and copying open_clip's (its BPE tables, ~10^6 dict entries) was most of the
-    copy: 0.15 s of every trial against 0.01 s (benchmarks/RESULTS.md §15)."""
+    copy: 0.15 s of every trial against 0.01 s (docs/notes/2026-11-results-history.md §15)."""
     base = _base_model(spec.backbone, spec.clip_model, ctx.checkpoint, ctx.clip_only)
     return copy.deepcopy(base, {id(base.tokenizer): base.tokenizer}).to(ctx.device).eval()
 

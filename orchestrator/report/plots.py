@@ -32,7 +32,7 @@ def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
 
     One figure per panel layout, redrawn for each (dataset, direction, backbone): a new 12-panel figure spends
     most of its time in matplotlib making its axes and tick objects, and the full matrix has ten such figures
-    (benchmarks/RESULTS.md section 15)."""
+    (docs/notes/2026-11-results-history.md §15)."""
     plt = _plt()
     qs = _qs_ok(df)
     files = []
@@ -79,8 +79,8 @@ def _qs_ok(df: pd.DataFrame) -> pd.DataFrame:
 
 def severity_apart(grid, df: pd.DataFrame, plots_dir: Path) -> Callable[[], list[Path]]:
     """`plot_severity` started in a forked process, to draw beside the tables and the rest of the report (the
-    full matrix's ten 12-panel figures are about half of writing its outputs: benchmarks/RESULTS.md section 15);
-    returns a call that waits for its files. In this process where there is one core, no fork, or one figure to
+    full matrix's ten 12-panel figures are about half of writing its outputs: docs/notes/2026-11-results-history.md
+    §15); returns a call that waits for its files. In this process where there is one core, no fork, or one figure to
     draw. Only for a process that runs no threads of its own (orchestrator/report/outputs.py's child): a fork copies no
     thread."""
     import multiprocessing
