@@ -72,16 +72,7 @@ def _reader(path: str | os.PathLike, width: int = -1, height: int = -1):
 
 
 def _read_pyav(path: str | os.PathLike) -> np.ndarray:
-    import av
-
-    try:
-        with av.open(str(path)) as container:
-            frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
-    except Exception as err:
-        raise VideoDecodeError(path, f"{type(err).__name__}: {err}") from err
-    if not frames:
-        raise VideoDecodeError(path, "no frames")
-    return np.stack(frames)
+    return np.stack(list(_iter_pyav(path)))
 
 
 def _decord_all(path: str | os.PathLike) -> np.ndarray:
@@ -136,24 +127,86 @@ def read_frames(path: str | os.PathLike, num_frames: int = 12) -> np.ndarray:
     return video[uniform_indices(len(video), num_frames)]
 
 
-def _read_frames_sequential(path: str | os.PathLike, num_frames: int, chunk: int = 32) -> np.ndarray:
-    """decord, straight through in chunks of consecutive frames (no seek), keeping only the uniform targets: the
-    frames and memory of one chunk at a time, the pixels of read_video's decode."""
+def _read_frames_sequential(path: str | os.PathLike, num_frames: int) -> np.ndarray:
+    """The uniform rule's frames through `_read_indices_sequential` (stacked in the rule's order)."""
+    n, got = _read_indices_sequential(path, lambda n: uniform_indices(n, num_frames))
+    return np.stack([got[int(i)] for i in uniform_indices(n, num_frames)])
+
+
+def _read_indices_sequential(path: str | os.PathLike, pick, chunk: int = 32) -> tuple[int, dict[int, np.ndarray]]:
+    """decord, straight through in chunks of consecutive frames (no seek) up to the last frame `pick(n)` names,
+    keeping only those: the memory of one chunk plus the kept frames, read_video's pixels. Returns (n, {index:
+    frame})."""
     vr = _reader(path)
     n = len(vr)
     if n == 0:
         raise VideoDecodeError(path, "no frames")
-    idx = uniform_indices(n, num_frames)
+    wanted = {int(i) for i in pick(n)}
     keep: dict[int, np.ndarray] = {}
-    wanted = set(idx.tolist())
-    last = int(idx.max())
+    if not wanted:
+        return n, keep
+    last = max(wanted)
     for start in range(0, last + 1, chunk):
         stop = min(n, start + chunk, last + 1)
+        # every chunk is decoded, none skipped: a skip is a seek, and decord's seeks on AVIs with B-frames return
+        # other frames (module docstring)
         frames = vr.get_batch(list(range(start, stop))).asnumpy()
         for i in range(start, stop):
             if i in wanted:
-                keep[i] = frames[i - start]
-    return np.stack([keep[i] for i in idx.tolist()])
+                keep[i] = frames[i - start].copy()  # not a view: the chunk is freed
+    return n, keep
+
+
+def iter_video(path: str | os.PathLike, chunk: int = 8):
+    """Every frame of a video in display order, uint8 [H, W, 3] RGB, the pixels `read_video` returns, one frame in
+    memory at a time: PyAV decoding straight through with one thread, converting as the seeking reader does (the
+    same pixels as decord's: module docstring); decord in chunks of `chunk` consecutive frames when PyAV cannot
+    decode the file. PyAV first because decord decoding beside a libx264 encoder in one process (H.264's stream)
+    raised the process's peak by ~800 MB at 720p (measured: 1.08 GB against 0.31 GB with PyAV as the source, for
+    one encoder over 120 frames; workloads/render_memory.py). Raises VideoDecodeError as read_video does."""
+    if not Path(path).is_file():
+        raise VideoDecodeError(path, "file not found")
+    count = 0
+    try:
+        for frame in _iter_pyav(path):
+            count += 1
+            yield frame
+        return
+    except VideoDecodeError as first:
+        if count:  # frames were already handed out: a later error cannot restart the stream
+            raise
+        reason = first.reason
+    try:
+        vr = _reader(path)
+        n = len(vr)
+        if n == 0:
+            raise VideoDecodeError(path, "no frames")
+        for start in range(0, n, chunk):
+            yield from vr.get_batch(list(range(start, min(n, start + chunk)))).asnumpy()
+    except Exception as err:
+        why = err.reason if isinstance(err, VideoDecodeError) else f"{type(err).__name__}: {err}"
+        raise VideoDecodeError(path, f"pyav: {reason}; decord: {why}") from err
+
+
+def _iter_pyav(path: str | os.PathLike):
+    import av
+
+    count = 0
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise VideoDecodeError(path, "no video stream")
+            stream = container.streams.video[0]
+            stream.codec_context.thread_count = 1
+            for frame in container.decode(stream):
+                count += 1
+                yield frame.to_ndarray(format="rgb24", threads=1)
+    except VideoDecodeError:
+        raise
+    except Exception as err:
+        raise VideoDecodeError(path, f"{type(err).__name__}: {err}") from err
+    if count == 0:
+        raise VideoDecodeError(path, "no frames")
 
 
 class _NotSeekable(Exception):
@@ -239,9 +292,10 @@ class SparseVideo:
     """Some decoded frames of an n-frame video, indexed like the full uint8 [n, H, W, 3] array would be (an int,
     or a sequence / array of ints); asking for a frame that was not decoded raises KeyError naming it. Made by
     `read_video_frames` for renderings that need only some frames (workloads/perturbations/video/_registry.py:
-    frames_needed)."""
+    frames_needed). With `source` (the video file), `iter_frames()` streams every frame in display order from it
+    (`iter_video`), for renderings that read the whole clip once (H.264) without holding it."""
 
-    def __init__(self, n: int, frames: dict[int, np.ndarray]):
+    def __init__(self, n: int, frames: dict[int, np.ndarray], source: str | os.PathLike | None = None):
         if not frames:
             raise ValueError("a SparseVideo needs at least one frame")
         first = next(iter(frames.values()))
@@ -249,6 +303,21 @@ class SparseVideo:
         self.shape = (int(n), *first.shape)
         self.dtype = first.dtype
         self.ndim = 4
+        self.source = None if source is None else str(source)
+
+    def iter_frames(self):
+        """Every frame of the source file in display order (iter_video); a SparseVideo without `source` raises."""
+        if self.source is None:
+            raise ValueError("this SparseVideo has no source file to stream every frame from")
+        count = 0
+        for frame in iter_video(self.source):
+            if frame.shape != self.shape[1:]:
+                raise VideoDecodeError(self.source, f"streamed frame {count} is {frame.shape}, "
+                                                    f"expected {self.shape[1:]}")
+            count += 1
+            yield frame
+        if count != self.shape[0]:
+            raise VideoDecodeError(self.source, f"streamed {count} frames, the index counted {self.shape[0]}")
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -284,10 +353,12 @@ class SparseVideo:
         raise TypeError("a SparseVideo holds only some frames; index it (video[k], video[indices]) instead")
 
 
-def read_video_frames(path: str | os.PathLike, pick, stats: dict | None = None):
+def read_video_frames(path: str | os.PathLike, pick, stats: dict | None = None, stream: bool = False):
     """The frames `pick(n)` names (n = the video's frame count; `pick` returns indices, or None for all), as a
-    SparseVideo holding exactly the pixels `read_video` has at those indices; the whole video (read_video's array)
-    when `pick` returns None or the file is not one the seeking reader handles exactly (module docstring).
+    SparseVideo holding exactly the pixels `read_video` has at those indices: seeking where the file is one the
+    seeking reader handles exactly (module docstring), else decoded straight through keeping only those frames
+    (never the whole video in memory); the whole video (read_video's array) only when `pick` returns None.
+    `stream`: the SparseVideo also streams every frame from the file (SparseVideo.iter_frames).
     `stats`, if given, receives {"sparse": bool, "fps": the stream's average frame rate when read with PyAV}."""
     info: dict = {}
     if not Path(path).is_file():
@@ -302,17 +373,22 @@ def read_video_frames(path: str | os.PathLike, pick, stats: dict | None = None):
             return []
         return chosen
 
+    got: dict[int, np.ndarray] = {}
     try:
         n, got = _read_indices_seeking(path, pick_or_flag, info)
     except _NotSeekable:
-        everything = True
+        if not everything:
+            try:
+                n, got = _read_indices_sequential(path, pick_or_flag)
+            except Exception:  # decord cannot open it (rare, e.g. 48-px-wide H.264): read_video's PyAV fallback
+                everything = True  # reads the whole file, or raises naming both decoders' reasons
     if everything or not got:
         if stats is not None:
             stats.update(sparse=False, fps=None)
         return read_video(path)
     if stats is not None:
         stats.update(sparse=True, fps=info.get("fps"))
-    return SparseVideo(n, got)
+    return SparseVideo(n, got, source=path if stream else None)
 
 
 def video_fps(path: str | os.PathLike) -> float:

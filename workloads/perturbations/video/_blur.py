@@ -14,7 +14,10 @@ kernel centre, result rounded and saturated to uint8) for a batch of frames, cho
 All three compute the same exact sum in float32; they can differ from one another by one grey level at the rare
 pixels whose exact value sits on a rounding boundary (tests bound this against cv2.filter2D).
 Filtered results can be memoised per kernel (`key=`), because severities share kernels (e.g. the 13 px line is the
-short kernel of severity 5 and the long one of severity 2).
+short kernel of severity 5 and the long one of severity 2). What a FrameFilter keeps (the padded float32 frames, the
+frames' spectra, memoised results) is bounded by `cache_bytes` (first come, first kept): at 224-320 px everything
+fits, at 720p the padded copy and the spectra are made frame by frame instead (the same numbers: each frame's are a
+slice of the batch's), so a 12-frame 720p clip does not hold ~0.6 GB of float copies (workloads/render_memory.py).
 
 `numpy_motion_blur` is the dependency-light stand-in for ImageMagick's MotionBlurImage used by snow
 (docs/faithfulness.md: Snow): a one-sided Gaussian-weighted shift-and-add along the blur direction with edge
@@ -96,41 +99,67 @@ def _bands(kernel: np.ndarray) -> list[tuple[np.ndarray, int, int]]:
     return bands
 
 
+CACHE_BYTES = 160 << 20  # what one FrameFilter keeps between calls (module docstring)
+
+
 class FrameFilter:
     """Correlate a fixed batch of uint8 frames [T, H, W, C] with many kernels (see module doc)."""
 
-    def __init__(self, frames: np.ndarray):
+    def __init__(self, frames: np.ndarray, cache_bytes: int | None = None):
         frames = np.asarray(frames)
         if frames.dtype != np.uint8 or frames.ndim != 4:
             raise ValueError(f"expected uint8 frames [T, H, W, C], got {frames.dtype} {frames.shape}")
         self.frames = frames
         self._padded: dict[int, np.ndarray] = {}
-        self._spectra: dict[int, tuple[np.ndarray, tuple[int, int]]] = {}
+        self._spectra: dict[int, np.ndarray] = {}
         self._results: dict[Any, np.ndarray] = {}
         self.paths: dict[Any, str] = {}  # key -> "cv2" | "banded" | "fft", for meta and tests
+        self._budget = int(CACHE_BYTES if cache_bytes is None else cache_bytes)
 
-    def _padded_f32(self, pad: int) -> np.ndarray:
+    def _keep(self, nbytes: int) -> bool:
+        """Whether a cache entry of `nbytes` fits what is left of the budget (and take it if so)."""
+        if nbytes > self._budget:
+            return False
+        self._budget -= nbytes
+        return True
+
+    def _padded_f32(self, pad: int, i: int) -> np.ndarray:
+        """Frame i as float32, reflect-101 padded by `pad` ([H + 2 pad, W + 2 pad, C])."""
         if pad not in self._padded:
+            t, h, w, c = self.frames.shape
+            if not self._keep(t * (h + 2 * pad) * (w + 2 * pad) * c * 4):
+                return np.pad(self.frames[i].astype(np.float32), ((pad, pad), (pad, pad), (0, 0)), mode="reflect")
             f = self.frames.astype(np.float32)
             self._padded[pad] = np.pad(f, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="reflect")  # reflect-101
-        return self._padded[pad]
+        return self._padded[pad][i]
 
-    def _spectrum(self, pad: int) -> tuple[np.ndarray, tuple[int, int]]:
+    def _fft_size(self, pad: int) -> tuple[int, int]:
+        h, w = self.frames.shape[1:3]
+        return (scipy.fft.next_fast_len(h + 2 * pad, real=True), scipy.fft.next_fast_len(w + 2 * pad, real=True))
+
+    def _spectrum(self, pad: int, i: int) -> np.ndarray:
+        """rfft2 of frame i's channel planes, reflect-101 padded to the FFT size ([C, sh, sw // 2 + 1])."""
         if pad not in self._spectra:
             t, h, w, c = self.frames.shape
-            sh = scipy.fft.next_fast_len(h + 2 * pad, real=True)
-            sw = scipy.fft.next_fast_len(w + 2 * pad, real=True)
-            planes = self.frames.transpose(0, 3, 1, 2).astype(np.float32)  # [T, C, H, W]
-            # reflect-101 (numpy "reflect" does not repeat the edge), pad >= kernel radius on every side
-            padded = np.pad(planes, ((0, 0), (0, 0), (pad, sh - h - pad), (pad, sw - w - pad)), mode="reflect")
-            self._spectra[pad] = (scipy.fft.rfft2(padded, workers=1), (sh, sw))
-        return self._spectra[pad]
+            sh, sw = self._fft_size(pad)
+            if not self._keep(t * c * sh * (sw // 2 + 1) * 8):
+                return self._spectrum_of(self.frames[i:i + 1], pad)[0]
+            self._spectra[pad] = self._spectrum_of(self.frames, pad)
+        return self._spectra[pad][i]
+
+    def _spectrum_of(self, frames: np.ndarray, pad: int) -> np.ndarray:
+        h, w = frames.shape[1:3]
+        sh, sw = self._fft_size(pad)
+        planes = frames.transpose(0, 3, 1, 2).astype(np.float32)  # [T, C, H, W]
+        # reflect-101 (numpy "reflect" does not repeat the edge), pad >= kernel radius on every side
+        padded = np.pad(planes, ((0, 0), (0, 0), (pad, sh - h - pad), (pad, sw - w - pad)), mode="reflect")
+        return scipy.fft.rfft2(padded, workers=1)
 
     def apply(self, kernels: np.ndarray | Sequence[np.ndarray], key: Any = None) -> np.ndarray:
         """`kernels`: one 2-D kernel for every frame, or a sequence with one kernel per frame (all the same odd
         size). Returns uint8 [T, H, W, C] = cv2.filter2D(frame_i, -1, kernel_i) for every i (up to the rounding
-        note in the module doc). With `key`, the result is memoised under it (the caller guarantees that equal
-        keys mean equal kernels); treat the returned array as read-only."""
+        note in the module doc). With `key`, the result is memoised under it while the cache budget allows (the
+        caller guarantees that equal keys mean equal kernels); treat the returned array as read-only."""
         if key is not None and key in self._results:
             return self._results[key]
         t, h, w, c = self.frames.shape
@@ -151,35 +180,35 @@ class FrameFilter:
         elif taps <= DIRECT_MAX_TAPS:
             path = "banded"
             pad = max(DEFAULT_PAD, ry, rx)
-            padded = self._padded_f32(pad)
             acc = np.empty((h, w, c), np.float32)
             for i in range(t):
+                padded = self._padded_f32(pad, i)
                 acc.fill(0.0)
                 for band, top, left in _bands(ks[i]):
                     bh, bw = band.shape
                     oy, ox = pad + top - ry, pad + left - rx
-                    view = padded[i, oy:oy + h + bh - 1, ox:ox + w + bw - 1]
+                    view = padded[oy:oy + h + bh - 1, ox:ox + w + bw - 1]
                     res = cv2.filter2D(view, cv2.CV_32F, band, anchor=(0, 0), borderType=cv2.BORDER_REFLECT_101)
                     acc += res[:h, :w]
                 cv2.convertScaleAbs(acc, dst=out[i])  # round half to even + saturate, like filter2D's output
         else:
             path = "fft"
             pad = max(FFT_PAD, ry, rx)
-            spec, (sh, sw) = self._spectrum(pad)
-            # circular convolution with the flipped kernel centred on (0, 0) == correlation with the kernel
-            uniq = ks if per_frame else ks[:1]
-            g = np.zeros((len(uniq), sh, sw), np.float32)
-            for i, k in enumerate(uniq):
-                g[i, :kh, :kw] = k[::-1, ::-1]
-            g = np.roll(g, (-ry, -rx), axis=(1, 2))
-            kspec = scipy.fft.rfft2(g, workers=1)[:, None]  # [T or 1, 1, sh, sw//2+1]
-            res = scipy.fft.irfft2(spec * kspec, s=(sh, sw), workers=1, overwrite_x=True)
-            for i in range(t):
-                merged = cv2.merge([res[i, ch, pad:pad + h, pad:pad + w] for ch in range(c)])
+            sh, sw = self._fft_size(pad)
+            kspec = None
+            for i in range(t):  # frame by frame: the temporaries of one frame, not of the clip
+                if kspec is None or per_frame:
+                    # circular convolution with the flipped kernel centred on (0, 0) == correlation with the kernel
+                    g = np.zeros((sh, sw), np.float32)
+                    g[:kh, :kw] = ks[i][::-1, ::-1]
+                    kspec = scipy.fft.rfft2(np.roll(g, (-ry, -rx), axis=(0, 1)), workers=1)
+                res = scipy.fft.irfft2(self._spectrum(pad, i) * kspec, s=(sh, sw), workers=1, overwrite_x=True)
+                merged = cv2.merge([res[ch, pad:pad + h, pad:pad + w] for ch in range(c)])
                 cv2.convertScaleAbs(merged.reshape(h, w, c), dst=out[i])
         if key is not None:
-            self._results[key] = out
             self.paths[key] = path
+            if self._keep(out.nbytes):
+                self._results[key] = out
         return out
 
 
