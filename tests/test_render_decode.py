@@ -137,3 +137,15 @@ def test_h264_sampled_decode_equals_full_decode():
         assert all(np.array_equal(kept[i], full[i]) for i in wanted), bitrate
         # the packets' timestamps are what identifies frames: without them, no shortcut
         assert h264.decode_sampled(packets, [None] * len(packets), extradata, wanted) is None
+
+
+def test_h264_alone_decodes_nothing_up_front(video_file):
+    """A render of H.264 only (no clean clip in the row: render_video's sample=False) holds no decoded frame and
+    streams the file, with the bytes of a render from every frame."""
+    req = [("h264_compression", s, 3) for s in (2, 4)]
+    video = read_for(video_file, req, sample=False)
+    assert isinstance(video, SparseVideo) and video.indices == [] and video.source is not None
+    assert video.shape == read_video(video_file).shape
+    ours = render_many(video, req, fps=30.0)
+    ref = render_many(read_video(video_file), req, fps=30.0)
+    assert all(np.array_equal(a.frames, b.frames) and a.meta == b.meta for a, b in zip(ours, ref))

@@ -178,7 +178,7 @@ def _render_group(video_path: str, keys: list[RenderKey], cache: RenderCache,
     perturbed = [k for k in keys if k.perturbation != CLEAN]
     requests = [(k.perturbation, k.severity, k.perturbation_seed) for k in perturbed]
     try:  # decode only the frames the requested types read
-        video = vp.read_for(video_path, requests, num_frames=num_frames)
+        video = vp.read_for(video_path, requests, num_frames=num_frames, sample=bool(clean))
     except Exception as err:  # a corrupt video fails its keys, not the grid
         for key in keys:
             failed(key, f"{type(err).__name__}: {err}", "", t0)

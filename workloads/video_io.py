@@ -21,6 +21,7 @@ lists that drop frames (read_frames' seeking path refuses the latter and decodes
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 from pathlib import Path
 
@@ -190,6 +191,7 @@ def iter_video(path: str | os.PathLike, chunk: int = 8):
 
 def _iter_pyav(path: str | os.PathLike):
     import av
+    from av.video.reformatter import VideoReformatter
 
     count = 0
     try:
@@ -198,9 +200,10 @@ def _iter_pyav(path: str | os.PathLike):
                 raise VideoDecodeError(path, "no video stream")
             stream = container.streams.video[0]
             stream.codec_context.thread_count = 1
+            rgb = VideoReformatter()  # one swscale context for the stream (a frame's own is rebuilt per frame)
             for frame in container.decode(stream):
                 count += 1
-                yield frame.to_ndarray(format="rgb24", threads=1)
+                yield rgb.reformat(frame, format="rgb24", threads=1).to_ndarray()
     except VideoDecodeError:
         raise
     except Exception as err:
@@ -282,7 +285,8 @@ def _read_indices_seeking(path: str | os.PathLike, pick, stats: dict | None = No
                 raise _NotSeekable
             if stats is not None:
                 rate = stream.average_rate
-                stats.update(packets=n, sent_to_decoder=decoded, fps=float(rate) if rate else None)
+                stats.update(packets=n, sent_to_decoder=decoded, fps=float(rate) if rate else None,
+                             shape=(ctx.height, ctx.width, 3))
             return n, {index_of[t]: f for t, f in got.items()}
     except (av.FFmpegError, OSError, ValueError):
         raise _NotSeekable from None
@@ -295,13 +299,13 @@ class SparseVideo:
     frames_needed). With `source` (the video file), `iter_frames()` streams every frame in display order from it
     (`iter_video`), for renderings that read the whole clip once (H.264) without holding it."""
 
-    def __init__(self, n: int, frames: dict[int, np.ndarray], source: str | os.PathLike | None = None):
-        if not frames:
-            raise ValueError("a SparseVideo needs at least one frame")
-        first = next(iter(frames.values()))
+    def __init__(self, n: int, frames: dict[int, np.ndarray], source: str | os.PathLike | None = None,
+                 frame_shape: tuple[int, int, int] | None = None):
+        if not frames and (frame_shape is None or source is None):
+            raise ValueError("a SparseVideo needs at least one frame, or a source file and the frames' shape")
         self._frames = {int(i): np.ascontiguousarray(f) for i, f in frames.items()}
-        self.shape = (int(n), *first.shape)
-        self.dtype = first.dtype
+        self.shape = (int(n), *(next(iter(self._frames.values())).shape if frames else frame_shape))
+        self.dtype = np.dtype(np.uint8)
         self.ndim = 4
         self.source = None if source is None else str(source)
 
@@ -358,7 +362,8 @@ def read_video_frames(path: str | os.PathLike, pick, stats: dict | None = None, 
     SparseVideo holding exactly the pixels `read_video` has at those indices: seeking where the file is one the
     seeking reader handles exactly (module docstring), else decoded straight through keeping only those frames
     (never the whole video in memory); the whole video (read_video's array) only when `pick` returns None.
-    `stream`: the SparseVideo also streams every frame from the file (SparseVideo.iter_frames).
+    `stream`: the SparseVideo also streams every frame from the file (SparseVideo.iter_frames); then `pick` may
+    name no frame at all (an H.264 render alone needs none but the stream): the SparseVideo holds none.
     `stats`, if given, receives {"sparse": bool, "fps": the stream's average frame rate when read with PyAV}."""
     info: dict = {}
     if not Path(path).is_file():
@@ -373,13 +378,17 @@ def read_video_frames(path: str | os.PathLike, pick, stats: dict | None = None, 
             return []
         return chosen
 
-    got: dict[int, np.ndarray] = {}
+    got: dict[int, np.ndarray] | None = None
     try:
         n, got = _read_indices_seeking(path, pick_or_flag, info)
+        if not got and not everything and stream and info.get("shape"):  # nothing to hold: the stream alone
+            if stats is not None:
+                stats.update(sparse=True, fps=info.get("fps"))
+            return SparseVideo(n, {}, source=path, frame_shape=info["shape"])
     except _NotSeekable:
         if not everything:
-            try:
-                n, got = _read_indices_sequential(path, pick_or_flag)
+            try:  # frame 0 at least: its shape is the clip's (the stream-only case picks none)
+                n, got = _read_indices_sequential(path, lambda n: list(pick_or_flag(n)) or [0])
             except Exception:  # decord cannot open it (rare, e.g. 48-px-wide H.264): read_video's PyAV fallback
                 everything = True  # reads the whole file, or raises naming both decoders' reasons
     if everything or not got:
@@ -413,9 +422,10 @@ def resize_center_crop(frames: np.ndarray, size: int) -> np.ndarray:
     return np.ascontiguousarray(frames[:, top:top + size, left:left + size])
 
 
-def write_mp4(path: str | os.PathLike, frames: np.ndarray, fps: float = 8.0, *, crf: int | None = 18,
+def write_mp4(path: str | os.PathLike, frames, fps: float = 8.0, *, crf: int | None = 18,
               bitrate: int | None = None, preset: str = "veryfast", deterministic: bool = True) -> None:
-    """Encode uint8 RGB frames [N, H, W, 3] to an H.264 .mp4 with libx264 (PyAV). Even width/height are
+    """Encode uint8 RGB frames [N, H, W, 3] (an array, or an iterable of [H, W, 3] frames, encoded as they come: a
+    long HD clip never needs to be in memory) to an H.264 .mp4 with libx264 (PyAV). Even width/height are
     required by yuv420p. Give `bitrate` (bits/s) for constant-bitrate style encoding, else `crf`.
     Written to a temporary name first, then renamed, so a crash never leaves a half-written video.
 
@@ -425,10 +435,17 @@ def write_mp4(path: str | os.PathLike, frames: np.ndarray, fps: float = 8.0, *, 
     thread is also ~3x faster than x264's pool on small frames with 2 cores."""
     import av
 
-    frames = np.asarray(frames)
-    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
-        raise ValueError(f"expected uint8 frames [N, H, W, 3], got {frames.dtype} {frames.shape}")
-    n, h, w, _ = frames.shape
+    stream_in = iter(frames)
+    first = next(stream_in, None)
+    if first is None:
+        raise ValueError("expected uint8 frames [N, H, W, 3], got none")
+    first = np.asarray(first)
+    if isinstance(frames, np.ndarray):
+        if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+            raise ValueError(f"expected uint8 frames [N, H, W, 3], got {frames.dtype} {frames.shape}")
+    elif first.dtype != np.uint8 or first.ndim != 3 or first.shape[-1] != 3:
+        raise ValueError(f"expected uint8 frames [H, W, 3], got {first.dtype} {first.shape}")
+    h, w = first.shape[:2]
     if h % 2 or w % 2:
         raise ValueError(f"H.264 (yuv420p) needs even frame sizes, got {h}x{w}")
     with atomic_path(path, suffix=".mp4") as tmp, av.open(str(tmp), mode="w") as container:
@@ -445,8 +462,8 @@ def write_mp4(path: str | os.PathLike, frames: np.ndarray, fps: float = 8.0, *, 
         elif crf is not None:
             options["crf"] = str(crf)
         stream.options = options
-        for frame in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+        for frame in itertools.chain([first], stream_in):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(np.asarray(frame), format="rgb24")):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)

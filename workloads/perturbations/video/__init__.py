@@ -51,13 +51,15 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def read_for(path, requests: Iterable[tuple[str, int, int]], num_frames: int = 12, stats: dict | None = None):
+def read_for(path, requests: Iterable[tuple[str, int, int]], num_frames: int = 12, stats: dict | None = None,
+             sample: bool = True):
     """Decode from the video file at `path` only the frames the (name, severity, seed) requests read (and the
     uniform sample): a SparseVideo with read_video's pixels at those indices (workloads/video_io.py), which also
     streams every frame from the file when a request streams (H.264), or the whole array when a request reads
     every frame at once (`all_frames`; no registered type does) or decord cannot open the file. A motion blur of a
     300-frame clip then decodes 24 frames' worth (skipping non-reference frames it does not read) instead of
-    converting all 300. `stats` as read_video_frames fills it."""
+    converting all 300. `sample`: also decode the uniform sample (clean clips need it; requests that only stream,
+    as an H.264 render alone, then decode nothing up front). `stats` as read_video_frames fills it."""
     from workloads.video_io import read_video, read_video_frames
 
     requests = [(n, check_severity(s), int(seed)) for n, s, seed in requests]
@@ -65,7 +67,7 @@ def read_for(path, requests: Iterable[tuple[str, int, int]], num_frames: int = 1
         if stats is not None:
             stats.update(sparse=False, fps=None)
         return read_video(path)
-    return read_video_frames(path, lambda n: frames_needed(requests, n, num_frames), stats,
+    return read_video_frames(path, lambda n: frames_needed(requests, n, num_frames, sample=sample), stats,
                              stream=any(get(n).streams for n, _, _ in requests))
 
 

@@ -190,11 +190,12 @@ def get(name: str) -> PerturbationInfo:
     return VIDEO_PERTURBATIONS.lookup(name)
 
 
-def frames_needed(requests: Iterable[tuple[str, int, int]], n: int, num_frames: int = 12) -> set[int] | None:
-    """The union of the decoded frames the (name, severity, seed) requests read from an n-frame video (the uniform
-    sample always: clean clips use it), or None when one of them reads every frame."""
+def frames_needed(requests: Iterable[tuple[str, int, int]], n: int, num_frames: int = 12,
+                  sample: bool = True) -> set[int] | None:
+    """The union of the decoded frames the (name, severity, seed) requests read from an n-frame video (and the
+    uniform sample when `sample`: clean clips use it), or None when one of them reads every frame."""
     indices = uniform_indices(n, num_frames)
-    needed = {int(i) for i in indices}
+    needed = {int(i) for i in indices} if sample else set()
     for name, severity, seed in requests:
         more = get(name).frames(n, indices, int(severity), int(seed))
         if more is None:

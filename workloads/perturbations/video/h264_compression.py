@@ -86,7 +86,8 @@ def encoders_per_pass(width: int, height: int) -> int:
 
 def _to_yuv(frame: np.ndarray, pts: int) -> av.VideoFrame:
     """One RGB frame as the yuv444p frame every encoder of a pass gets (the encoder copies its input)."""
-    yuv = av.VideoFrame.from_ndarray(frame, format="rgb24").reformat(format=PIX_FMT)
+    # one swscale thread: the default spawns one per core, which only waits on a busy render actor's one CPU
+    yuv = av.VideoFrame.from_ndarray(frame, format="rgb24").reformat(format=PIX_FMT, threads=1)
     yuv.pts = pts
     return yuv
 
