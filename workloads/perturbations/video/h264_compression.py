@@ -183,7 +183,7 @@ def decode(packets: list[bytes], extradata: bytes, wanted: set[int] | None
         nonlocal count
         for f in frames:
             if wanted is None or count in wanted:
-                kept[count] = f.to_ndarray(format="rgb24", interpolation="BICUBIC")
+                kept[count] = f.to_ndarray(format="rgb24", interpolation="BICUBIC", threads=1)
             count += 1
 
     for data in packets:
@@ -209,7 +209,7 @@ def decode_sampled(packets: list[bytes], pts: list[int | None], extradata: bytes
     def take(frames):
         for f in frames:
             if f.pts in wanted and f.pts not in kept:
-                kept[f.pts] = f.to_ndarray(format="rgb24", interpolation="BICUBIC")
+                kept[f.pts] = f.to_ndarray(format="rgb24", interpolation="BICUBIC", threads=1)
 
     for data, t in zip(packets, pts):
         dec.skip_frame = "DEFAULT" if t in wanted else "NONREF"
