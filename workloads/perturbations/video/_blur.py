@@ -1,23 +1,23 @@
 """Blur kernels and a batched 2-D correlation shared by motion_blur, video_defocus and snow.
 
 `FrameFilter.apply` reproduces `cv2.filter2D(frame, -1, kernel)` (correlation, BORDER_REFLECT_101, anchor at the
-kernel centre, result rounded and saturated to uint8) for a batch of frames, choosing per kernel the cheapest of:
+kernel centre, result rounded and saturated to uint8) for a batch of frames, choosing per kernel the cheaper of:
 
-- "cv2": kernels under `DFT_MIN_AREA` taps go through cv2.filter2D itself, frame by frame: byte-identical to the
-  reference's call;
-- "banded": larger kernels with few non-zero taps (the rotated line kernels of motion blur, small disks). For these
-  OpenCV itself switches to its DFT path (costly at 224 px). We crop the kernel to its non-zero support, split it
-  into bands of rows each below OpenCV's DFT threshold (so OpenCV's sparse direct path runs), correlate them with a
-  reflect-101-padded float32 copy of the frames (padded once per clip) and sum the bands in float32;
-- "fft": large dense kernels (big disks): all frames at once in the Fourier domain, reusing the frames' spectrum
-  (computed once per clip and shared by every kernel, severity and type).
-All three compute the same exact sum in float32; they can differ from one another by one grey level at the rare
-pixels whose exact value sits on a rounding boundary (tests bound this against cv2.filter2D).
+- "cv2": cv2.filter2D itself, frame by frame, byte-identical to the reference's call: every kernel under
+  `DFT_MIN_AREA` taps, and every dense kernel (the disks of defocus: OpenCV 5.0's own correlation measured
+  1.05-2.0x faster than the shared-spectrum FFT this module used before at 240x320, 1.6-3.5x at 720p, 1.25x slower
+  only for the 41 px disk at 224 px; and it is exact);
+- "banded": sparse kernels at or above that area (the rotated line kernels of motion blur, at most `SPARSE` of their
+  taps non-zero), for which OpenCV's DFT path does the work of a dense kernel. We crop the kernel to its non-zero
+  support, split it into bands of rows each below OpenCV's DFT threshold (so OpenCV's direct path runs), correlate
+  them with a reflect-101-padded float32 copy of the frames and sum the bands in float32: the same exact sum, which
+  can differ from cv2's by one grey level at the rare pixels whose value sits on a rounding boundary (tests bound
+  this against cv2.filter2D; 24 of 2.8 million values on a 12-frame 240x320 clip).
 Filtered results can be memoised per kernel (`key=`), because severities share kernels (e.g. the 13 px line is the
-short kernel of severity 5 and the long one of severity 2). What a FrameFilter keeps (the padded float32 frames, the
-frames' spectra, memoised results) is bounded by `cache_bytes` (first come, first kept): at 224-320 px everything
-fits, at 720p the padded copy and the spectra are made frame by frame instead (the same numbers: each frame's are a
-slice of the batch's), so a 12-frame 720p clip does not hold ~0.6 GB of float copies (workloads/render_memory.py).
+short kernel of severity 5 and the long one of severity 2). What a FrameFilter keeps (the padded float32 frames,
+memoised results) is bounded by `cache_bytes` (first come, first kept): at 224-320 px everything fits, at 720p the
+padded copy is made frame by frame instead (the same numbers), so a 12-frame 720p clip does not hold ~0.3 GB of float
+copies (workloads/render_memory.py).
 
 `numpy_motion_blur` is the dependency-light stand-in for ImageMagick's MotionBlurImage used by snow
 (docs/faithfulness.md: Snow): a one-sided Gaussian-weighted shift-and-add along the blur direction with edge
@@ -31,18 +31,16 @@ from typing import Any, Sequence
 
 import cv2
 import numpy as np
-import scipy.fft
 
 # OpenCV's filter2D uses its DFT path from this kernel area on (x86 with SSE3: 130 for 8U->8U and 32F->32F; 50
 # elsewhere). Below it we call cv2.filter2D directly. Our band split uses the same limit; if it is wrong for a CPU
 # the bands are still correct, only slower.
 DFT_MIN_AREA = 130
 _BAND_AREA = 130 if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86") else 50
-# non-zero taps above which the shared-spectrum FFT beats OpenCV's direct correlation (measured at 224 px)
-DIRECT_MAX_TAPS = 200
+# the largest share of non-zero taps for which the banded direct path beats cv2.filter2D (lines: ~2/L; disks ~0.8)
+SPARSE = 0.25
 # frames are padded once by this many pixels (reflect-101); kernels up to (2*PAD+1)^2 share each padded copy
 DEFAULT_PAD = 12
-FFT_PAD = 20
 
 
 def line_kernel(angle_deg: float, length: int) -> np.ndarray:
@@ -111,9 +109,8 @@ class FrameFilter:
             raise ValueError(f"expected uint8 frames [T, H, W, C], got {frames.dtype} {frames.shape}")
         self.frames = frames
         self._padded: dict[int, np.ndarray] = {}
-        self._spectra: dict[int, np.ndarray] = {}
         self._results: dict[Any, np.ndarray] = {}
-        self.paths: dict[Any, str] = {}  # key -> "cv2" | "banded" | "fft", for meta and tests
+        self.paths: dict[Any, str] = {}  # key -> "cv2" | "banded", for meta and tests
         self._budget = int(CACHE_BYTES if cache_bytes is None else cache_bytes)
 
     def _keep(self, nbytes: int) -> bool:
@@ -133,28 +130,6 @@ class FrameFilter:
             self._padded[pad] = np.pad(f, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="reflect")  # reflect-101
         return self._padded[pad][i]
 
-    def _fft_size(self, pad: int) -> tuple[int, int]:
-        h, w = self.frames.shape[1:3]
-        return (scipy.fft.next_fast_len(h + 2 * pad, real=True), scipy.fft.next_fast_len(w + 2 * pad, real=True))
-
-    def _spectrum(self, pad: int, i: int) -> np.ndarray:
-        """rfft2 of frame i's channel planes, reflect-101 padded to the FFT size ([C, sh, sw // 2 + 1])."""
-        if pad not in self._spectra:
-            t, h, w, c = self.frames.shape
-            sh, sw = self._fft_size(pad)
-            if not self._keep(t * c * sh * (sw // 2 + 1) * 8):
-                return self._spectrum_of(self.frames[i:i + 1], pad)[0]
-            self._spectra[pad] = self._spectrum_of(self.frames, pad)
-        return self._spectra[pad][i]
-
-    def _spectrum_of(self, frames: np.ndarray, pad: int) -> np.ndarray:
-        h, w = frames.shape[1:3]
-        sh, sw = self._fft_size(pad)
-        planes = frames.transpose(0, 3, 1, 2).astype(np.float32)  # [T, C, H, W]
-        # reflect-101 (numpy "reflect" does not repeat the edge), pad >= kernel radius on every side
-        padded = np.pad(planes, ((0, 0), (0, 0), (pad, sh - h - pad), (pad, sw - w - pad)), mode="reflect")
-        return scipy.fft.rfft2(padded, workers=1)
-
     def apply(self, kernels: np.ndarray | Sequence[np.ndarray], key: Any = None) -> np.ndarray:
         """`kernels`: one 2-D kernel for every frame, or a sequence with one kernel per frame (all the same odd
         size). Returns uint8 [T, H, W, C] = cv2.filter2D(frame_i, -1, kernel_i) for every i (up to the rounding
@@ -173,11 +148,11 @@ class FrameFilter:
         ry, rx = kh // 2, kw // 2
         taps = max(int(np.count_nonzero(k)) for k in ks)
         out = np.empty_like(self.frames)
-        if kh * kw < DFT_MIN_AREA:
+        if kh * kw < DFT_MIN_AREA or taps > SPARSE * kh * kw:
             path = "cv2"
             for i in range(t):
                 cv2.filter2D(self.frames[i], -1, ks[i], dst=out[i])
-        elif taps <= DIRECT_MAX_TAPS:
+        else:
             path = "banded"
             pad = max(DEFAULT_PAD, ry, rx)
             acc = np.empty((h, w, c), np.float32)
@@ -191,20 +166,6 @@ class FrameFilter:
                     res = cv2.filter2D(view, cv2.CV_32F, band, anchor=(0, 0), borderType=cv2.BORDER_REFLECT_101)
                     acc += res[:h, :w]
                 cv2.convertScaleAbs(acc, dst=out[i])  # round half to even + saturate, like filter2D's output
-        else:
-            path = "fft"
-            pad = max(FFT_PAD, ry, rx)
-            sh, sw = self._fft_size(pad)
-            kspec = None
-            for i in range(t):  # frame by frame: the temporaries of one frame, not of the clip
-                if kspec is None or per_frame:
-                    # circular convolution with the flipped kernel centred on (0, 0) == correlation with the kernel
-                    g = np.zeros((sh, sw), np.float32)
-                    g[:kh, :kw] = ks[i][::-1, ::-1]
-                    kspec = scipy.fft.rfft2(np.roll(g, (-ry, -rx), axis=(0, 1)), workers=1)
-                res = scipy.fft.irfft2(self._spectrum(pad, i) * kspec, s=(sh, sw), workers=1, overwrite_x=True)
-                merged = cv2.merge([res[ch, pad:pad + h, pad:pad + w] for ch in range(c)])
-                cv2.convertScaleAbs(merged.reshape(h, w, c), dst=out[i])
         if key is not None:
             self.paths[key] = path
             if self._keep(out.nbytes):

@@ -52,5 +52,5 @@ def motion_stats(ctx: ClipContext) -> tuple[np.ndarray, list[float]]:
 
 
 def frame_filter(ctx: ClipContext) -> FrameFilter:
-    """A FrameFilter over the sampled frames, shared (with its cached spectra) by both blur types."""
+    """A FrameFilter over the sampled frames, shared (with its padded copy and results) by both blur types."""
     return ctx.memo("_flow.frame_filter", lambda: FrameFilter(ctx.sampled), users=USERS)
