@@ -54,6 +54,7 @@ def _options(args: argparse.Namespace, **kw) -> SubmitOptions:
 
 def _libraries(args: argparse.Namespace, paths: Paths, grid: GridSpec, command: str):
     """Ray's, Tune's and MLflow's output to results/<grid>/logs/ (or here with --verbose); says where, once."""
+    check_writable(paths.results)   # before the log file: a results folder that cannot be made is named as such
     log = log_path(paths.grid_dir(grid.name), command)
     verbose = getattr(args, "verbose", False)
     if not verbose:
