@@ -10,7 +10,7 @@ from pathlib import Path
 from orchestrator.config.errors import GridError
 from orchestrator.planning.clean_check import DEFAULT_TOLERANCE
 from orchestrator.record.mlflow_store import TrackingUnavailable
-from orchestrator.run.console import Terminated, handle_sigterm
+from orchestrator.run.console import handle_sigterm, stopped_by_sigterm
 from orchestrator.run.ray_env import ClusterError
 
 GRID_HELP = ("a grid: a YAML file, the name of a grid shipped with mlvp (`mlvp grids` lists them), or the name of a "
@@ -207,10 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     except GridError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except Terminated:   # a submission has said what is kept and how to resume (orchestrator/run/submit.py)
-        print("stopped by SIGTERM", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:   # a submission has said what is kept and how to resume (run/submit.py)
+        if stopped_by_sigterm(err):
+            print("stopped by SIGTERM", file=sys.stderr)
+            return 143
         print("interrupted", file=sys.stderr)
         return 130
     except (OSError, ValueError, TrackingUnavailable, ClusterError) as err:  # one-line errors: grid, plan, store, disk

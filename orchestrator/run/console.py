@@ -84,8 +84,19 @@ class Terminated(KeyboardInterrupt):
     unwinds through Ray Tune's loop, so the finished trials stay recorded and the parent run is closed KILLED."""
 
 
+_SIGTERM = {"received": False}
+
+
 def _raise_terminated(signum, frame) -> None:
+    _SIGTERM["received"] = True
     raise Terminated()
+
+
+def stopped_by_sigterm(err: BaseException) -> bool:
+    """Whether an interrupt came from SIGTERM. The interrupt that unwinds the submission may be another
+    KeyboardInterrupt than ours (a stopped stage raises its own: orchestrator/run/pipeline.py `_wait`), so the
+    signal's arrival is remembered too."""
+    return isinstance(err, Terminated) or _SIGTERM["received"]
 
 
 def handle_sigterm() -> None:

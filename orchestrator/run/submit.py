@@ -44,7 +44,7 @@ from orchestrator.record.recorder import LiveRecorder
 from orchestrator.record.sync import ledger_as_of, new_submission_id, select_trials, start_parent, sync_store
 from orchestrator.record.tracker_process import TrackerProcess
 from orchestrator.run import ray_env
-from orchestrator.run.console import Terminated, make_console, print_plan
+from orchestrator.run.console import make_console, print_plan, stopped_by_sigterm
 from orchestrator.run.finish import finish
 from orchestrator.run.gate import ReadyGate
 from orchestrator.run.options import TRIAL_HOOK_ENV, SubmitOptions, SubmitReport
@@ -156,7 +156,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     except KeyboardInterrupt as err:   # Ctrl-C, or SIGTERM (Terminated): the finished trials stay recorded
         status, stopped = "KILLED", err
         pipeline.stop()
-        why = "stopped by SIGTERM" if isinstance(err, Terminated) else "interrupted"
+        why = "stopped by SIGTERM" if stopped_by_sigterm(err) else "interrupted"
         console.print(f"[yellow]{why}: every finished trial is in the ledger; run the rest with: "
                       f"mlvp resume {grid.source}[/]")
     except BaseException:
