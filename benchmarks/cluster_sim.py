@@ -39,6 +39,8 @@ rendering (the issue's formula) and with the CPUs the trial slots hold taken out
 GPUs fed can use for rendering).
 
     python benchmarks/cluster_sim.py                        # full_mlvp, 64 CPUs, 4 GPUs x 1 slot, ~3-6 min
+    python benchmarks/cluster_sim.py --totals-only          # the cost model's totals beside plan's line, no Ray
+    python benchmarks/cluster_sim.py --grid my_grid.yaml --totals-only   # the same for another grid
     python benchmarks/cluster_sim.py --datasets msrvtt --executor tune --designs overlap --target 60
 """
 from __future__ import annotations
@@ -103,14 +105,14 @@ def stand_in_inputs(tmp: Path) -> dict[str, str]:
     return {"MLVP_DATA": str(tmp / "data"), "MLVP_WEIGHTS": str(weights)}
 
 
-def full_plan(tmp: Path, datasets: list[str] | None):
-    """The plan `mlvp plan full_mlvp` makes from the stand-in inputs (`plan_for_sizing`), or its trials and render
-    sets on `datasets` alone."""
+def full_plan(tmp: Path, datasets: list[str] | None, grid: Path = FULL_GRID):
+    """The plan `mlvp plan GRID` makes (`plan_for_sizing`; default orchestrator/grids/full_mlvp.yaml, from the
+    stand-in inputs, which another grid may read or not), or its trials and render sets on `datasets` alone."""
     from orchestrator.planning.paths import Paths
     from orchestrator.planning.plan import plan_for_sizing
 
     os.environ.update(stand_in_inputs(tmp))
-    plan = plan_for_sizing(FULL_GRID, Paths.make(tmp / "results"))
+    plan = plan_for_sizing(grid, Paths.make(tmp / "results"))
     if datasets:
         from dataclasses import replace
 
@@ -281,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpus", type=int, default=64, help="logical CPUs of the simulated cluster (default 64)")
     ap.add_argument("--gpus", type=int, default=4, help="logical GPUs (default 4)")
     ap.add_argument("--gpus-per-trial", type=float, default=None,
-                    help="GPU share of a trial slot (default: the grid's runtime.gpus_per_trial)")
+                    help="GPU share of a trial slot (default: the grid's runtime.gpus_per_trial, or 1 where it is 0)")
     ap.add_argument("--cost", type=str, default=None, metavar="FIELD=VALUE,...",
                     help="replace figures of orchestrator/planning/cost_model.py's CostModel, e.g. "
                          "trial_s_per_batch=0.5 (the plan line printed uses them too)")
@@ -291,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpus-per-actor", type=int, default=4,
                     help="CPUs one simulated render actor stands for (default 4: 8 processes for 32 CPUs)")
     ap.add_argument("--datasets", type=str, default=None, help="comma-separated subset of the plan's datasets")
+    ap.add_argument("--grid", type=Path, default=FULL_GRID,
+                    help="grid file (default orchestrator/grids/full_mlvp.yaml, on stand-in annotations at the real "
+                         "test-split sizes; MLVP_DATA and MLVP_WEIGHTS point at them)")
     ap.add_argument("--executor", choices=("slots", "tune"), default="slots",
                     help="trials through one actor per GPU slot (default) or the real run_trials (Ray Tune)")
     ap.add_argument("--designs", type=str, default="overlap,staged", help="which designs to run, in order")
@@ -298,19 +303,23 @@ def main(argv: list[str] | None = None) -> int:
                     help="render-set order: by the cost model (Johnson's rule, default) or submit's plan order")
     ap.add_argument("--wave", type=int, default=None,
                     help="with --executor tune: trials per Tuner.fit (default: run_trials' default; 0: one Tuner)")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="folder for the stand-in inputs and the plan's results (default: a new temporary folder)")
+    ap.add_argument("--totals-only", action="store_true",
+                    help="print the cost model's totals, plan's line and the lower bound, and start no Ray")
     args = ap.parse_args(argv)
-
-    import ray
 
     from orchestrator.planning.cost_model import CostModel, PlanCosts, estimate
     from orchestrator.planning.describe import sizing_lines
     from orchestrator.planning.render_sets import ordered_sets
     from orchestrator.planning.work import remaining_work
 
-    tmp = Path(tempfile.mkdtemp(prefix="mlvp-cluster-sim-"))
-    plan = full_plan(tmp, args.datasets.split(",") if args.datasets else None)
+    tmp = args.workdir or Path(tempfile.mkdtemp(prefix="mlvp-cluster-sim-"))
+    plan = full_plan(tmp, args.datasets.split(",") if args.datasets else None, args.grid)
     rt = plan.grid.runtime
-    gpus_per_trial = args.gpus_per_trial if args.gpus_per_trial is not None else rt.gpus_per_trial
+    # a grid whose trials take no GPU (runtime.gpus_per_trial 0) runs one per simulated GPU slot, as the cost model
+    # prices it (CostModel.slots_per_gpu)
+    gpus_per_trial = args.gpus_per_trial if args.gpus_per_trial is not None else (rt.gpus_per_trial or 1.0)
     if not 0 < gpus_per_trial <= 1:
         ap.error(f"--gpus-per-trial: a GPU share in (0, 1], got {gpus_per_trial:g}")
     figures = {k: float(v) for k, v in (x.split("=") for x in args.cost.split(","))} if args.cost else {}
@@ -341,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     print("  " + next(line for line in sizing_lines(plan, cost, todo=plan.trials) if "GPU-hours" in line))
     print(f"lower bound: {lb / 3600:.2f} h with {cpus_for_render} render CPUs ({lb_all / 3600:.2f} h with all "
           f"{args.cpus}); time scale 1/{1 / scale:.0f}: bound = {lb * scale:.1f} s here")
+    if args.totals_only:
+        return 0
+    import ray
+
     ray.init(num_cpus=args.cpus, num_gpus=args.gpus, include_dashboard=False, logging_level="ERROR",
              log_to_driver=False)
     import logging
