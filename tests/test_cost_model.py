@@ -6,11 +6,13 @@ estimate counts only what remains to run. No Ray: the sim's rows and sleeps are 
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from conftest import plan_unrun
 from orchestrator.planning.cost_model import (
@@ -84,6 +86,19 @@ def test_every_figure_says_where_it_was_measured():
     assert all(": " in line and len(line.split(": ", 1)[1]) > 20 for line in lines)
     assert any("H200" in line for line in lines if line.startswith("finetune_s_per_step ="))
     assert any("§10" in line for line in lines if line.startswith("render_s_fixed ="))
+    # the arithmetic of the fit (the module's comment): 3.366e-9 CPU s per pixel-frame, 0.00619 s per rendering
+    assert CostModel().render_s_per_pixel_frame == pytest.approx(3.366e-9, rel=1e-3)
+    assert CostModel().render_s_fixed == pytest.approx(0.00619, rel=1e-2)
+
+
+def test_typical_clips_are_the_table_in_docs_cluster():
+    """docs/cluster.md tells the user what `plan` assumes without their videos: the same numbers as the code."""
+    text = (REPO / "docs" / "cluster.md").read_text()
+    names = {"MSRVTT": "msrvtt", "MSVD": "msvd", "LSMDC": "lsmdc", "ActivityNet": "activitynet", "DiDeMo": "didemo"}
+    rows = {}
+    for m in re.finditer(r"^\| (\w+) \| ([\d.]+) s \|.*\| (\d+)x(\d+), (\d+) fps \|$", text, re.M):
+        rows[names[m.group(1)]] = (float(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)))
+    assert rows == {d: (c.seconds, c.width, c.height, c.fps) for d, c in TYPICAL_CLIPS.items()}
 
 
 def test_clip_size_measured_from_the_headers_of_a_sample(tmp_path):
@@ -127,6 +142,7 @@ def test_plan_estimate_equals_what_the_simulated_cluster_sleeps(full):
     # and that is the line `plan` prints
     lines = sizing_lines(plan, todo=plan.trials)
     assert f"what remains ({len(plan.trials)} trials): {est.line()}" in "\n".join(lines)
+    assert any(line.startswith("  an estimate: GPU figures measured on one NVIDIA H200") for line in lines)
     # each unit by hand: a set is its clips x one rendering of the dataset's typical clip, a trial its batches
     cost, rt = CostModel(), plan.grid.runtime
     by_hand = sum(n * cost.rendering_seconds(TYPICAL_CLIPS[d].pixel_frames) * len(plan.renders[d])
@@ -161,3 +177,32 @@ def test_estimate_counts_only_what_remains(full, tmp_path):
     assert after.finetune_gpu_s == before.finetune_gpu_s          # no checkpoint made yet
     lines = sizing_lines(plan, todo=todo)
     assert f"what remains ({len(todo)} trials): {after.line()}" in "\n".join(lines)
+
+
+def test_plan_and_the_simulated_cluster_agree_on_a_small_grid(tmp_path, monkeypatch, capsys):
+    """`python benchmarks/cluster_sim.py --grid SMALL --totals-only` against the plan `mlvp plan SMALL` builds: a
+    generated dataset, so the render cost takes its clip size from the generator config."""
+    sim = _cluster_sim()
+    grid_file = tmp_path / "small.yaml"
+    grid_file.write_text(yaml.safe_dump({
+        "name": "small", "models": {"clip_model": "mlvp-micro"},
+        "datasets": {"synthetic": {"options": {"n_train": 96, "n_test": 40, "size": 32}}},
+        "backbones": ["clip4clip"], "methods": ["source", "tent"],
+        "query_shift": {"datasets": ["synthetic"], "perturbations": ["gaussian_noise", "h264_compression"],
+                        "severities": [1, 5]}}))
+    for name in ("MLVP_DATA", "MLVP_WEIGHTS"):   # the sim points them at its stand-ins: restored after the test
+        monkeypatch.setenv(name, "")
+    assert sim.main(["--grid", str(grid_file), "--workdir", str(tmp_path / "sim"), "--totals-only"]) == 0
+    out = capsys.readouterr().out
+    slept = re.search(r"totals slept \(unscaled\): render ([\d,]+) CPU-s = [\d.,]+ CPU-h, trials ([\d,]+) GPU-s", out)
+    render_s, trial_s = (float(g.replace(",", "")) for g in slept.groups())
+
+    plan = plan_for_sizing(grid_file, Paths.make(tmp_path / "plan"))   # as cmd_plan builds it, elsewhere
+    costs = PlanCosts(plan)
+    assert costs.clips["synthetic"].source == "from its generator config"
+    est = estimate(costs, remaining_work(plan, plan.trials))
+    assert len(plan.trials) == 2 * (1 + 2 * 2) and est.render_sets == 1 + 2 * 2   # clean + 2 types x 2 severities
+    assert est.render_cpu_s > 0 and est.trial_gpu_s > 0
+    assert abs(est.render_cpu_s - render_s) <= 0.5 and abs(est.trial_gpu_s - trial_s) <= 0.5   # printed to 1 s
+    line = next(line for line in sizing_lines(plan, todo=plan.trials) if "GPU-hours" in line)
+    assert f"  {line}" in out.splitlines()

@@ -175,7 +175,7 @@ def test_sized_with_annotations_only_and_estimate(tmp_path, monkeypatch):
     assert not est.unknown and any(line.startswith("estimated ") and "GPU-hours" in line for line in lines)
     # no videos on disk: every dataset's render cost from its typical clip size, said so
     assert all(f"  {d} " in "\n".join(lines) for d in DATASETS)
-    assert sum("(typical, assumed:" in line for line in lines) == len(DATASETS)
+    assert sum("(typical: " in line for line in lines) == len(DATASETS)
 
     # one dataset's annotations not there: its clips unknown, its root listed, the others estimated
     import shutil

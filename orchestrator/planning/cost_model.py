@@ -26,7 +26,9 @@ lists them and `mlvp plan --verbose` prints that list. Replace them with measure
 
 A dataset's source clip size comes from its videos where they are on disk (the mean over up to `SAMPLE_VIDEOS` test
 videos, read from the container headers only), from its generator config for a generated dataset, and otherwise from
-`TYPICAL_CLIPS` (what each dataset's paper says of its clips, the rest assumed); `plan` says which it used.
+`TYPICAL_CLIPS` (lengths from each dataset's published totals, resolution and frame rate assumed); `plan` says which
+it used. Every figure is an estimate from the machines named in its source (an NVIDIA H200; 2-core AMD EPYC dev
+machines for rendering), not a measurement of the user's cluster.
 """
 from __future__ import annotations
 
@@ -42,24 +44,25 @@ if TYPE_CHECKING:
 
 # The two measured renderings the render cost is fitted to: (source width x height x frames, CPU seconds of one
 # rendering), each the CPU time of all 60 (type, severity) renderings of one source clip on one core, over 60.
-# - docs/notes/2026-11-results-history.md §3 (b): a 64-frame 224x224 H.264 clip, 1.02 s for the 60 (dev machine A,
-#   AMD EPYC; recorded 2026-11-22; `python benchmarks/render_bench.py`);
-# - §10 "Render": a 30 s 320x240 clip at 30 fps (900 frames), 14.33 s for the 60 (the same kind of 2-core AMD EPYC dev
-#   machine, 2026-11-24; `python benchmarks/real_video.py --part render`; H.264 79% of it).
+# - docs/notes/2026-11-results-history.md §3 (b) (benchmarks/RESULTS.md "Rendering"): a 64-frame 224x224 H.264 clip,
+#   1.02 s for the 60 (machine A, an AMD EPYC with AVX-512: the history's header; `python benchmarks/render_bench.py`);
+# - §10 "Render": a 30 s 320x240 clip at 30 fps (900 frames), 14.33 s for the 60 (a 2-core AMD EPYC dev machine;
+#   `python benchmarks/real_video.py --part render`; H.264 79% of it).
 # The line through them:
 #   coefficient = (14.33 / 60 - 1.02 / 60) / (320 x 240 x 900 - 224 x 224 x 64)
-#               = (0.23883 - 0.01700) / (69,120,000 - 3,211,264) = 3.366e-9 CPU s per pixel-frame
-#   fixed       = 0.01700 - 3.366e-9 x 3,211,264 = 0.00619 CPU s per rendering
-# Machine B (AVX2 only) took 1.8x as long for the first point (§3), so a slower cluster CPU scales both.
+#               = (0.238833 - 0.017000) / (69,120,000 - 3,211,264) = 0.221833 / 65,908,736
+#               = 3.366e-9 CPU s per pixel-frame
+#   fixed       = 0.017000 - 3.366e-9 x 3,211,264 = 0.017000 - 0.010808 = 0.00619 CPU s per rendering
+# Caveats, so that the figure is read as an estimate: the first point predates the faithful yuv444p H.264 of §9 (§10:
+# the 30 s clip took 8.96 s with the earlier yuv420p encoder against 14.33 s), so small clips are priced a little low;
+# machine B (AVX2 only) took 1.8x as long for the first point (§3), so a slower cluster CPU scales both figures.
 RENDER_POINTS = ((224 * 224 * 64, 1.02 / 60), (320 * 240 * 900, 14.33 / 60))
 _RENDER_SLOPE = (RENDER_POINTS[1][1] - RENDER_POINTS[0][1]) / (RENDER_POINTS[1][0] - RENDER_POINTS[0][0])
 _RENDER_FIXED = RENDER_POINTS[0][1] - _RENDER_SLOPE * RENDER_POINTS[0][0]
 
 # The fine-tuning step that was measured: FinetuneConfig's default batch (workloads/backbones/finetune_config.py).
 MEASURED_STEP_CLIPS, MEASURED_STEP_FRAMES = 64, 4
-_H200_STEP = ("ViT-B/32 `train_step` of 64 clips x 4 frames alone on an NVIDIA H200, benchmarks/gpu_trial.py table 3 "
-              "(fine-tuning steps); a lent-GPU run after history §6 whose table is not yet in "
-              "benchmarks/gpu_trial_results.md")
+_H200_RUN = "NVIDIA H200, 2026-11-27, benchmarks/gpu_trial.py (benchmarks/RESULTS.md \"On a GPU\")"
 
 
 def _figure(value, source: str):
@@ -73,28 +76,31 @@ class CostModel:
     runtime.gpus_per_trial."""
 
     render_s_fixed: float = _figure(
-        _RENDER_FIXED, "CPU s of one rendering whatever its size: the line through two measured clips (this module's "
-        "RENDER_POINTS: history §3 (b), dev machine A, 2026-11-22; §10, AMD EPYC dev machine, 2026-11-24)")
+        _RENDER_FIXED, "CPU s of one rendering (one type at one severity) whatever its size, on one core: the line "
+        "through two measured clips (this module's RENDER_POINTS: docs/notes/2026-11-results-history.md §3 (b), "
+        "a 64-frame 224x224 clip, and §10, a 30 s 320x240 30 fps clip; 2-core AMD EPYC dev machines)")
     render_s_per_pixel_frame: float = _figure(
-        _RENDER_SLOPE, "CPU s of one rendering per source width x height x frame: the same fit")
+        _RENDER_SLOPE, "CPU s of one rendering per source width x height x frame: the same fit (a slower CPU: "
+        "machine B took 1.8x as long, history §3)")
     text_s_per_caption: float = _figure(
         0.002, "CPU s to perturb one caption of a text set: character and word level (history §8 measured less; "
         "sentence-level types with their models cost more); an upper figure, not a measurement")
     trial_s_per_batch: float = _figure(
         0.288, "GPU s per query batch of 16 (adapt + score), fp32, one trial alone on the GPU: 16 x 18.0 ms "
-        "(17.7-18.1 ms per query, 0.28-0.29 s per batch), ViT-B/32, 12 frames at 224 px, Tent and HAT-VTR, both "
-        "backbones, NVIDIA H200, 2026-11-26 (history §6, benchmarks/gpu_trial_results.md run 1)")
+        "(17.9-18.1 ms per query on " + _H200_RUN + "; 17.7-18.1 on 2026-11-26, benchmarks/gpu_trial_results.md "
+        "run 1), ViT-B/32, 12 frames at 224 px, Tent and HAT-VTR, both backbones")
     trial_s_per_batch_bf16: float = _figure(
-        0.0912, "the same in bf16 autocast (runtime.precision: bf16): 16 x 5.7 ms (5.1-6.3 ms per query in the "
-        "lent-GPU run of the fine-tuning step below; history §6's run 1 measured 4.1-5.8)")
+        0.0912, "the same in bf16 autocast (runtime.precision: bf16): 16 x 5.7 ms (5.1-6.3 ms per query on "
+        + _H200_RUN + "; 4.1-5.8 on 2026-11-26, benchmarks/gpu_trial_results.md run 1)")
     packed_throughput: float = _figure(
         0.92, "throughput of K >= 2 trials sharing one GPU over one trial alone: 0.91-0.93 at K = 2, 4, 8, NVIDIA "
         "H200, 2026-11-26 (history §6)")
     gallery_s_per_clip: float = _figure(
         0.003, "GPU s to encode one gallery item (once per model, dataset, direction): Source's 2.59 ms per 12-frame "
         "query, NVIDIA H200, 2026-11-26 (history §6); a caption costs less")
-    finetune_s_per_step: float = _figure(0.198, "GPU s per fine-tuning step in fp32: " + _H200_STEP
-                                         + "; peak 10.4 GiB")
+    finetune_s_per_step: float = _figure(
+        0.198, "GPU s per fine-tuning step in fp32: ViT-B/32 `train_step` of 64 clips x 4 frames alone on the GPU, "
+        + _H200_RUN + " table 3; peak 10.4 GiB")
     finetune_s_per_step_bf16: float = _figure(0.088, "the same in bf16 autocast; peak 7.1 GiB")
     finetune_images_per_step: int = _figure(
         MEASURED_STEP_CLIPS * MEASURED_STEP_FRAMES, "images per measured step (64 clips x 4 frames): a checkpoint's "
@@ -160,26 +166,27 @@ class ClipSize:
         return f"{self.width:.0f}x{self.height:.0f}, {self.seconds:.1f} s at {self.fps:.0f} fps ({self.source})"
 
 
-# Typical source clips of the real datasets, for when their videos are not on disk. The lengths are what each
-# dataset's paper says; resolutions and frame rates are assumptions (the files vary), so every one says "assumed".
+# Typical source clips of the real datasets, for when their videos are not on disk (docs/cluster.md, "What plan's
+# estimate assumes"). The lengths come from each dataset's published totals (or, for MSVD, its test ids); the
+# resolutions and frame rates are assumptions (the files vary), and every source says so.
 TYPICAL_CLIPS = {
-    "msrvtt": ClipSize.of(320, 240, 30, 14.8, "typical, assumed: the MSR-VTT paper's 10-30 s clips, 41.2 h in "
-                          "10,000 clips = 14.8 s mean; 320x240 at 30 fps assumed"),
-    "msvd": ClipSize.of(320, 240, 30, 10.0, "typical, assumed: the MSVD paper's ~10 s YouTube clips; 320x240 at "
-                        "30 fps assumed"),
-    "lsmdc": ClipSize.of(1920, 1080, 24, 4.5, "typical, assumed: the LSMDC paper's ~4-5 s film clips; 1920x1080 at "
-                         "24 fps assumed (films differ)"),
-    "activitynet": ClipSize.of(640, 360, 30, 120.0, "typical, assumed: the ActivityNet Captions paper's ~2 min "
-                               "videos (a test item is a whole video); 640x360 at 30 fps assumed"),
-    "didemo": ClipSize.of(640, 360, 30, 27.5, "typical, assumed: the DiDeMo paper's 25-30 s videos; 640x360 at "
-                          "30 fps assumed"),
+    "msrvtt": ClipSize.of(320, 240, 30, 14.8, "typical: 41.2 h in 10,000 clips (the MSR-VTT paper) = 14.8 s; "
+                          "320x240 at 30 fps assumed"),
+    "msvd": ClipSize.of(320, 240, 30, 10.1, "typical: the mean of end - start over the 670 test ids of MSVD's "
+                        "test_list.txt (<youtube id>_<start>_<end>, seconds) = 10.1 s; 320x240 at 30 fps assumed"),
+    "lsmdc": ClipSize.of(1920, 1080, 24, 4.2, "typical: ~150 h in 128,118 clips (the LSMDC paper) = 4.2 s; "
+                         "1920x1080 at 24 fps assumed (films differ)"),
+    "activitynet": ClipSize.of(640, 360, 30, 152.8, "typical: 849 h in 20,000 videos (the ActivityNet Captions "
+                               "paper; a test item is a whole video) = 152.8 s; 640x360 at 30 fps assumed"),
+    "didemo": ClipSize.of(640, 360, 30, 27.5, "typical: 25-30 s videos (the DiDeMo paper), 27.5 s taken; 640x360 "
+                          "at 30 fps assumed"),
 }
 SAMPLE_VIDEOS = 16   # test videos whose headers `plan` reads per dataset: enough for a mean, quick to open
 
 
 def _other_dataset(name: str) -> ClipSize:
     m = TYPICAL_CLIPS["msrvtt"]
-    return ClipSize.of(m.width, m.height, m.fps, m.seconds, f"assumed: no typical size known for {name}, MSR-VTT's")
+    return ClipSize.of(m.width, m.height, m.fps, m.seconds, f"typical, assumed: no size known for {name}, MSR-VTT's")
 
 
 def sample_paths(paths: list[str], k: int = SAMPLE_VIDEOS) -> list[str]:
