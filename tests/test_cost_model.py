@@ -80,6 +80,17 @@ def test_finetune_step_is_linear_in_images_and_follows_the_precision():
     assert cost.finetune_step_seconds(128, 4, "fp32") == pytest.approx(2 * 0.198)
 
 
+def test_trial_cost_scales_with_its_batch_and_precision():
+    cost = CostModel()
+    # 1,000 queries in batches of 16: 63 measured batches (the last one partial, priced whole)
+    assert cost.trial_gpu_seconds(1000, 16) == pytest.approx(63 * 0.288)
+    assert cost.trial_gpu_seconds(1000, 16, "bf16") == pytest.approx(63 * 0.0912)
+    # batches of 32 adapt on twice the queries: the same work in half the batches
+    assert cost.trial_gpu_seconds(1024, 32) == pytest.approx(cost.trial_gpu_seconds(1024, 16))
+    # two trials sharing a GPU: each holds its slot twice as long, over the packed throughput
+    assert cost.trial_seconds(1000, 16, slots=2) == pytest.approx(2 * 63 * 0.288 / 0.92)
+
+
 def test_every_figure_says_where_it_was_measured():
     lines = CostModel().describe()
     assert len(lines) == len(CostModel.__dataclass_fields__)
@@ -142,7 +153,7 @@ def test_plan_estimate_equals_what_the_simulated_cluster_sleeps(full):
     # and that is the line `plan` prints
     lines = sizing_lines(plan, todo=plan.trials)
     assert f"what remains ({len(plan.trials)} trials): {est.line()}" in "\n".join(lines)
-    assert any(line.startswith("  an estimate: GPU figures measured on one NVIDIA H200") for line in lines)
+    assert any(line.startswith("  an estimate: GPU figures measured for ViT-B/32 on one NVIDIA H200") for line in lines)
     # each unit by hand: a set is its clips x one rendering of the dataset's typical clip, a trial its batches
     cost, rt = CostModel(), plan.grid.runtime
     by_hand = sum(n * cost.rendering_seconds(TYPICAL_CLIPS[d].pixel_frames) * len(plan.renders[d])

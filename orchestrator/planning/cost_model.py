@@ -2,7 +2,8 @@
 (`estimate`, printed by orchestrator/planning/describe.py), `submit` orders the render sets by it
 (orchestrator/planning/render_sets.py `cost_ordered_sets`), and benchmarks/cluster_sim.py sleeps every render set and
 trial for the seconds it gives here (scaled down), so the simulated cluster's totals equal `plan`'s estimate for the
-same grid to the second (tests/test_cost_model.py checks it on orchestrator/grids/full_mlvp.yaml).
+same grid to the second (tests/test_cost_model.py checks it on orchestrator/grids/full_mlvp.yaml and on a small
+generated grid).
 
 The units are the plan's own (orchestrator/planning/plan.py):
 - a **render set** is one (dataset, perturbation, severity): every test clip of the dataset rendered once on a CPU.
@@ -12,8 +13,9 @@ The units are the plan's own (orchestrator/planning/plan.py):
 - a **trial** streams its dataset's queries in batches of `runtime.batch_size` through adaptation and scoring on its
   GPU slot (`runtime.gpus_per_trial` of a GPU, so `trials_per_gpu` = 1 / gpus_per_trial share one GPU). Packed trials
   share the GPU's throughput, they do not multiply it: K trials on one GPU each take K / `packed_throughput` times as
-  long as one alone (docs/notes/2026-11-results-history.md §6). Every method is priced as Tent (SAR's second step and
-  Source's lack of one are not told apart);
+  long as one alone (docs/notes/2026-11-results-history.md §6). A batch costs the measured batch of 16 scaled by its
+  queries. Every method is priced as Tent (SAR's second step and Source's lack of one are not told apart), every
+  backbone as ViT-B/32 at 12 frames of 224 px (what was measured);
 - a **gallery encoding** is one unadapted pass over the gallery, once per (model, dataset, direction), cached
   (workloads/trial.py `encode_gallery`);
 - a **checkpoint** is fine-tuned once (`models.finetune.steps` steps) unless given; a step's cost is linear in the
@@ -22,7 +24,8 @@ The units are the plan's own (orchestrator/planning/plan.py):
 GPU-hours count GPU time, not slot time: a trial on a quarter of a GPU for an hour is 0.25 GPU-hours.
 
 Every figure is a plain number (a field of `CostModel`) with where it was measured in its `source`; `describe()`
-lists them and `mlvp plan --verbose` prints that list. Replace them with measurements of the target cluster.
+lists them and `mlvp plan --verbose` prints that list. Another cluster's figures go in as CostModel(field=value)
+(`python benchmarks/cluster_sim.py --cost field=value,...`); a grid has no key for them yet.
 
 A dataset's source clip size comes from its videos where they are on disk (the mean over up to `SAMPLE_VIDEOS` test
 videos, read from the container headers only), from its generator config for a generated dataset, and otherwise from
@@ -91,7 +94,10 @@ class CostModel:
         "run 1), ViT-B/32, 12 frames at 224 px, Tent and HAT-VTR, both backbones")
     trial_s_per_batch_bf16: float = _figure(
         0.0912, "the same in bf16 autocast (runtime.precision: bf16): 16 x 5.7 ms (5.1-6.3 ms per query on "
-        + _H200_RUN + "; 4.1-5.8 on 2026-11-26, benchmarks/gpu_trial_results.md run 1)")
+        + _H200_RUN + "; 4.1-5.8 on 2026-11-26, benchmarks/gpu_trial_results.md runs 1 and 2)")
+    trial_batch_measured: int = _figure(
+        16, "queries per measured batch (benchmarks/gpu_trial.py's batch, runtime.batch_size's default): a batch of "
+        "runtime.batch_size queries costs that over this, times the measured batch")
     packed_throughput: float = _figure(
         0.92, "throughput of K >= 2 trials sharing one GPU over one trial alone: 0.91-0.93 at K = 2, 4, 8, NVIDIA "
         "H200, 2026-11-26 (history §6)")
@@ -121,6 +127,7 @@ class CostModel:
         """GPU seconds of one trial of `queries` queries (its gallery is encoded separately) with `slots` trials per
         GPU: the same work whether or not it shares the GPU, plus what sharing loses."""
         per_batch = self.trial_s_per_batch_bf16 if precision == "bf16" else self.trial_s_per_batch
+        per_batch *= max(batch_size, 1) / self.trial_batch_measured   # linear in the queries a batch adapts on
         shared = self.packed_throughput if slots > 1 else 1.0
         return math.ceil(queries / max(batch_size, 1)) * per_batch / shared
 

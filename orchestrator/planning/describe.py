@@ -56,8 +56,8 @@ def sizing_lines(plan: Plan, cost: CostModel | None = None, todo: list | None = 
     else:
         unknown_note = f"; not counting {', '.join(unknown)} (clip counts unknown)" if unknown else ""
         lines.append(what + est.line() + unknown_note + " (cost model: orchestrator/planning/cost_model.py)")
-        lines.append("  an estimate: GPU figures measured on one NVIDIA H200, rendering on a 2-core AMD EPYC dev "
-                     "machine (`plan --verbose` lists each figure and its source)")
+        lines.append("  an estimate: GPU figures measured for ViT-B/32 on one NVIDIA H200, rendering on a 2-core AMD "
+                     "EPYC dev machine (`plan --verbose` lists each figure and its source)")
         lines.append("source clips for the render cost (mean width x height, length, rate):")
         lines.extend(f"  {line}" for line in costs.clip_lines())
     if verbose:
