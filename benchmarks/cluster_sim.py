@@ -323,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < gpus_per_trial <= 1:
         ap.error(f"--gpus-per-trial: a GPU share in (0, 1], got {gpus_per_trial:g}")
     figures = {k: float(v) for k, v in (x.split("=") for x in args.cost.split(","))} if args.cost else {}
+    unknown = sorted(set(figures) - set(CostModel.__dataclass_fields__))
+    if unknown:
+        ap.error(f"--cost: no such figure {', '.join(unknown)}; known: {', '.join(CostModel.__dataclass_fields__)}")
     cost = CostModel(**{**figures, "trials_per_gpu": 1 / gpus_per_trial})
     costs = PlanCosts(plan, cost)
     sets = ordered_sets(plan, plan.trials)
