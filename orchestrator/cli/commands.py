@@ -117,7 +117,7 @@ def cmd_plan(args) -> int:
     console = make_console()
     for line in ledger.damaged_lines():
         console.print(f"[yellow]{escape(line)}[/]")
-    print_plan(plan, status, todo, console)
+    print_plan(plan, status, todo, console, verbose=args.verbose)
     by = Counter((t.scenario, t.dataset if t.source_dataset in ("", t.dataset) else f"{t.source_dataset}->{t.dataset}",
                   t.direction, t.backbone) for t in plan.trials)
     for (scenario, where, d, b), n in by.items():

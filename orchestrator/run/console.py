@@ -108,7 +108,7 @@ def handle_sigterm() -> None:
         signal.signal(signal.SIGTERM, _raise_terminated)
 
 
-def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console) -> None:
+def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console, verbose: bool = False) -> None:
     from collections import Counter
 
     c = Counter(status.values())
@@ -135,7 +135,7 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console)
         cached = not m.given_path and plan.model_path(backbone, source).is_file()
         console.print(f"  checkpoint {backbone}/{source}: {what}{' (cached)' if cached else ''}")
 
-    for line in sizing_lines(plan, todo=todo):
+    for line in sizing_lines(plan, todo=todo, verbose=verbose):
         console.print(f"  {escape(line)}")
     if plan.text_sets:
         cached = sum(1 for j in plan.text_sets if j.key.path(plan.paths.render).is_file())
