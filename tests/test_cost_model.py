@@ -217,3 +217,52 @@ def test_plan_and_the_simulated_cluster_agree_on_a_small_grid(tmp_path, monkeypa
     assert abs(est.render_cpu_s - render_s) <= 0.5 and abs(est.trial_gpu_s - trial_s) <= 0.5   # printed to 1 s
     line = next(line for line in sizing_lines(plan, todo=plan.trials) if "GPU-hours" in line)
     assert f"  {line}" in out.splitlines()
+
+
+def test_a_published_recipe_is_priced_by_its_epochs_over_the_train_pairs(full, tmp_path):
+    """`models.finetune.recipe: xpool` (docs/finetuning.md): the checkpoints follow X-Pool's trainer (both backbones
+    from CLIP, 5 epochs over every train pair in batches of 32 x 12 frames), and the cost model prices that; where
+    the train annotations cannot be read the fine-tuning is listed as not counted, never guessed."""
+    from workloads.backbones.finetune_config import FinetuneConfig
+
+    xpool = FinetuneConfig(recipe="xpool")
+    assert xpool.step_count(180_000) == 5 * 5625 and xpool.images_per_step() == 32 * 12
+    assert FinetuneConfig(recipe="xpool", epochs=0.5).step_count(100) == 2   # ceil(100 / 32) = 4 steps an epoch
+    assert FinetuneConfig(steps=7, batch_size=8, frames_per_clip=3).step_count(10**6) == 7   # quick: its steps
+    sim, plan = full
+    grid = yaml.safe_load(sim.FULL_GRID.read_text())
+    grid["models"]["finetune"] = {"recipe": "xpool", "epochs": 2}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in sim.stand_in_inputs(tmp_path).items():
+            mp.setenv(name, value)
+        rplan = plan_for_sizing(path, Paths.make(tmp_path / "results"))
+        costs = PlanCosts(rplan)
+        models = [m for m in rplan.models.values() if m.finetune is not None and m.dataset != "pretrained"]
+        assert models and all(m.finetune.recipe == "xpool" and m.finetune.epochs == 2 and m.init_from is None
+                              for m in models)
+        for m in models:
+            pairs = costs.train_pairs(m.train_dataset)
+            seconds = costs.checkpoint_gpu_seconds(m)
+            if pairs is None:
+                assert seconds is None
+            else:
+                per_image = CostModel().finetune_step_seconds(1, 1, m.finetune.precision)
+                assert seconds == pytest.approx(2 * -(-pairs // 32) * 32 * 12 * per_image)
+        est = estimate(costs, remaining_work(rplan, rplan.trials))
+        no_train = [m for m in models if costs.train_pairs(m.train_dataset) is None]
+        assert len([u for u in est.unknown if u.startswith("fine-tuning ")]) == len(no_train)
+
+
+def test_a_recipe_name_is_checked_at_load(tmp_path):
+    from orchestrator.config.errors import GridError
+    from orchestrator.config.grid import load_grid
+
+    sim = _cluster_sim()
+    grid = yaml.safe_load(sim.FULL_GRID.read_text())
+    grid["models"]["finetune"] = {"recipe": "xpol"}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    with pytest.raises(GridError, match=r"models\.finetune\.recipe: must be one of quick, xpool, clip4clip, got"):
+        load_grid(path)

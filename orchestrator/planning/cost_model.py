@@ -18,8 +18,9 @@ The units are the plan's own (orchestrator/planning/plan.py):
   backbone as ViT-B/32 at 12 frames of 224 px (what was measured);
 - a **gallery encoding** is one unadapted pass over the gallery, once per (model, dataset, direction), cached
   (workloads/trial.py `encode_gallery`);
-- a **checkpoint** is fine-tuned once (`models.finetune.steps` steps) unless given; a step's cost is linear in the
-  images it puts through the model (batch_size x frames_per_clip), from a measured step of 64 clips x 4 frames.
+- a **checkpoint** is fine-tuned once unless given: `models.finetune.steps` steps (quick recipe), or a published
+  recipe's epochs over the train split's pairs (FinetuneConfig.step_count); a step's cost is linear in the images it
+  puts through the model (FinetuneConfig.images_per_step), from a measured step of 64 clips x 4 frames.
 
 GPU-hours count GPU time, not slot time: a trial on a quarter of a GPU for an hour is 0.25 GPU-hours.
 
@@ -295,9 +296,26 @@ class PlanCosts:
         """A text set (orchestrator/planning/versions.py TextSetJob): every caption of its dataset perturbed once."""
         return (self.counts.get(job.key.dataset) or 0) * self.cost.text_s_per_caption
 
-    def checkpoint_gpu_seconds(self, model: ModelPlan) -> float:
+    def train_pairs(self, dataset: str) -> int | None:
+        """(video, caption) pairs of a dataset's train split (what a published recipe's epochs pass over), or None
+        where its annotations cannot be read."""
+        plan = self.plan.datasets.get(dataset)
+        if plan is None or plan.unavailable:
+            return None
+        try:
+            return len(plan.dataset.train_split().pairs)
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def checkpoint_gpu_seconds(self, model: ModelPlan) -> float | None:
+        """GPU seconds of fine-tuning one checkpoint: its steps (a published recipe's: epochs over the train split's
+        pairs) x the measured step scaled by images per step; None where a recipe's train split cannot be counted."""
         ft = model.finetune
-        return ft.steps * self.cost.finetune_step_seconds(ft.batch_size, ft.frames_per_clip, ft.precision)
+        pairs = self.train_pairs(model.train_dataset) if ft.published is not None else 0
+        if pairs is None:
+            return None
+        per_image = self.cost.finetune_step_seconds(1, 1, ft.precision)
+        return ft.step_count(pairs) * ft.images_per_step() * per_image
 
     def clip_lines(self) -> list[str]:
         """Where each dataset's clip size comes from (`plan` prints them beside the estimate)."""
@@ -348,5 +366,8 @@ def estimate(costs: PlanCosts, work: Work) -> Estimate:
     out.text_cpu_s = sum(costs.text_set_seconds(job) for job in work.text_sets)
     out.trial_gpu_s = sum(s for t in work.trials if (s := costs.trial_gpu_seconds(t)) is not None)
     out.gallery_gpu_s = sum(s for g in work.gallery_encodings if (s := costs.gallery_gpu_seconds(g)) is not None)
-    out.finetune_gpu_s = sum(costs.checkpoint_gpu_seconds(m) for m in work.checkpoints)
+    finetunes = [(m, costs.checkpoint_gpu_seconds(m)) for m in work.checkpoints]
+    out.finetune_gpu_s = sum(s for _, s in finetunes if s is not None)
+    out.unknown += [f"fine-tuning {m.backbone}/{m.train_dataset} (no train annotations)" for m, s in finetunes
+                    if s is None]
     return out

@@ -54,7 +54,8 @@ def sizing_lines(plan: Plan, cost: CostModel | None = None, todo: list | None = 
         lines.append("GPU-hours: unknown until the annotations are on disk (the cost model needs the clip counts: "
                      "orchestrator/planning/cost_model.py)")
     else:
-        unknown_note = f"; not counting {', '.join(unknown)} (clip counts unknown)" if unknown else ""
+        unknown_note = (f"; not counting {', '.join(unknown)} (clip counts unknown)" if unknown else "") + "".join(
+            f"; not counting {u}" for u in est.unknown if u not in unknown)
         lines.append(what + est.line() + unknown_note + " (cost model: orchestrator/planning/cost_model.py)")
         lines.append("  an estimate: GPU figures measured for ViT-B/32 on one NVIDIA H200, rendering on a 2-core AMD "
                      "EPYC dev machine (`plan --verbose` lists each figure and its source)")

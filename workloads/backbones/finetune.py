@@ -311,9 +311,7 @@ def batch_plans(config: FinetuneConfig, groups: list[list[int]], n_pairs: int, n
                 yield rows, fidx, None
 
         return quick(), config.steps
-    per_epoch = math.ceil(n_pairs / recipe.batch_size)
-    epochs = recipe.epochs if config.epochs is None else config.epochs
-    steps = max(1, round(epochs * per_epoch))
+    steps = config.step_count(n_pairs)
 
     def published():
         done = 0
