@@ -69,8 +69,7 @@ def submit(grid_path: str, opts: SubmitOptions, console: Console | None = None) 
     if not opts.dry_run:
         plan = build_plan(grid, paths)
     plan.notes.extend(missing_videos(plan))   # all at once, before anything starts; none of a split's: PlanError
-    if not opts.dry_run:
-        check_hub_k(plan)
+    check_hub_k(plan)   # a dry run answers as the submission would (`plan` lists it among its notes)
     todo, status = select_trials(plan, ledger, opts.only_failed, opts.rerun, opts.incomplete)
     done_before = sum(1 for s in status.values() if s == "ok")
     print_plan(plan, status, todo, console)
