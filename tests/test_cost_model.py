@@ -161,10 +161,12 @@ def test_plan_estimate_equals_what_the_simulated_cluster_sleeps(full):
     assert render_s == pytest.approx(by_hand)
     assert trial_s == pytest.approx(sum(-(-sim.TEST_SIZES[t.dataset] // rt.batch_size) * cost.trial_s_per_batch
                                         for t in plan.trials))
-    ft = plan.grid.models.finetune
-    assert est.finetune_gpu_s == pytest.approx(
-        sum(m.finetune.steps for m in {m.version: m for m in plan.models.values() if m.finetune}.values())
-        * cost.finetune_step_seconds(ft.batch_size, ft.frames_per_clip, ft.precision))
+    # the X-Pool recipe (full_mlvp's): 5 epochs over each train split's pairs, batches of 32 x 12 frames
+    made = {m.version: m for m in plan.models.values() if m.finetune}.values()
+    assert {m.finetune.recipe for m in made} == {"xpool"}
+    assert est.finetune_gpu_s == pytest.approx(sum(
+        5 * -(-costs.train_pairs(m.train_dataset) // 32) * 32 * 12 * cost.finetune_step_seconds(1, 1, "auto")
+        for m in made if costs.train_pairs(m.train_dataset) is not None))
 
 
 def test_estimate_counts_only_what_remains(full, tmp_path):

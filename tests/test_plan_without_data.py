@@ -96,10 +96,11 @@ def test_full_grid_sized_without_data(no_data_env, tmp_path):
     lines = sizing_lines(plan)
     assert any(line.startswith("GPU-hours: unknown") for line in lines)
     assert sum(line.startswith("  missing ") for line in lines) == len(plan.missing)
-    ft = plan.grid.models.finetune   # only known work: the fine-tunes, in bf16 (precision auto: a GPU has it)
-    assert ft.precision == "auto" and estimate(PlanCosts(plan), all_work(plan)).gpu_h == pytest.approx(
-        len(trained) * ft.steps * CostModel().finetune_s_per_step_bf16 * ft.batch_size * ft.frames_per_clip
-        / (64 * 4) / 3600)
+    # the X-Pool recipe's epochs need the train splits' pairs: without annotations every fine-tune is listed as not
+    # counted, nothing is guessed
+    est = estimate(PlanCosts(plan), all_work(plan))
+    assert plan.grid.models.finetune.recipe == "xpool" and est.gpu_h == 0
+    assert len([u for u in est.unknown if u.startswith("fine-tuning ")]) == len(trained)
 
 
 def test_cli_plan_and_dry_run_without_data_start_nothing(no_data_env, tmp_path):
@@ -168,8 +169,13 @@ def test_sized_with_annotations_only_and_estimate(tmp_path, monkeypatch):
     assert bf16.trial_gpu_h == pytest.approx(trial_h / 4)
     assert est.render_cpu_h == pytest.approx(plan.render_count() * 3.0 / 3600)
     assert est.gallery_gpu_h == pytest.approx(sum(N_TEST[g[2]] * 0.5 for g in plan.gallery_encodings()) / 3600)
-    step = 0.25 * ft.batch_size * ft.frames_per_clip / (64 * 4)   # linear in images per step, from 64 clips x 4
-    assert est.finetune_gpu_h == pytest.approx(10 * ft.steps * step / 3600)
+    # fine-tuning: the X-Pool recipe, 5 epochs over each train split's pairs in batches of 32 x 12 frames, a step
+    # linear in its images (from the measured 64 clips x 4 frames)
+    costs = PlanCosts(plan, cost)
+    made = {m.version: m for m in plan.models.values() if m.finetune is not None}.values()
+    assert ft.recipe == "xpool" and all(costs.train_pairs(m.train_dataset) for m in made)
+    assert est.finetune_gpu_h == pytest.approx(sum(
+        5 * math.ceil(costs.train_pairs(m.train_dataset) / 32) * 0.25 * 32 * 12 / (64 * 4) for m in made) / 3600)
     assert est.gpu_h == pytest.approx(est.trial_gpu_h + est.gallery_gpu_h + est.finetune_gpu_h)
     lines = sizing_lines(plan, cost)
     assert not est.unknown and any(line.startswith("estimated ") and "GPU-hours" in line for line in lines)
