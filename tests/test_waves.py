@@ -228,8 +228,7 @@ def test_waves_bound_the_trials_the_driver_holds(tmp_path, monkeypatch):
     """Tune keeps every `Trial` of a `fit` until it ends; waves (`runtime.trials_per_wave`, orchestrator/run/tune.py
     "Waves") bound what the driver holds by running the trials in several fits: counted as live `Trial` objects in
     the driver while 240 trials run in waves of 40, at most two waves' worth (Tune alone keeps all 240 until its one
-    `fit` ends). A trial that
-    crashes is counted as an error in its wave."""
+    `fit` ends). A trial that crashes is counted as an error in its wave."""
     import gc
 
     import ray
