@@ -268,3 +268,21 @@ def test_a_recipe_name_is_checked_at_load(tmp_path):
     path.write_text(yaml.safe_dump(grid))
     with pytest.raises(GridError, match=r"models\.finetune\.recipe: must be one of quick, xpool, clip4clip, got"):
         load_grid(path)
+
+
+def test_render_tasks_reserve_the_memory_model_at_the_largest_clip(full):
+    """Each render task asks Ray for `render_bytes` of the largest type at its datasets' largest source clip
+    (orchestrator/stages/render.py render_task_memory): ActivityNet's typical 3-minute clips reserve more than
+    MSRVTT's, and a set of datasets the largest of theirs."""
+    from orchestrator.stages.render import render_task_memory
+    from workloads.render_memory import render_bytes
+
+    _, plan = full
+    by_dataset = {}
+    for d in ("msrvtt", "activitynet"):
+        c = TYPICAL_CLIPS[d]
+        by_dataset[d] = render_bytes(round(c.width), round(c.height), round(c.fps * c.seconds))
+        assert render_task_memory(plan, [d]) == by_dataset[d]
+    assert by_dataset["activitynet"] > by_dataset["msrvtt"]   # H.264's packets of the longer clip
+    assert render_task_memory(plan, ["msrvtt", "activitynet", "msrvtt"]) == by_dataset["activitynet"]
+    assert 0.5 * 2**30 < by_dataset["msrvtt"] <= 2 * 2**30   # a render actor at MSRVTT's size: about a GB
