@@ -223,3 +223,37 @@ def test_check_and_the_submit_gate_on_real_layouts(mlvp_env, capsys):
     assert report.check.misses() and report.failed == 0
     assert len(plan.trials) == 4 and all(ledger.status(t.key) == "ok" for t in plan.trials)
     assert (results / "real" / "trials.parquet").is_file()
+
+
+def test_the_report_shows_clean_cells_beside_the_papers():
+    """orchestrator/report/clean.py: each clean Source cell with a published counterpart, ours and the nearest
+    published R@1 on the same protocol and the difference; a number published on another protocol is not compared
+    (missing), a failed cell is failed, a dataset without published numbers is not listed."""
+    import pandas as pd
+
+    from orchestrator.report.clean import clean_table
+
+    base = {"perturbation": CLEAN, "row": "source", "R5": 60.0, "R10": 70.0, "error": None, "n_gallery": None,
+            "source_dataset": ""}
+    df = pd.DataFrame([
+        {**base, "backbone": "xpool", "dataset": "msrvtt", "direction": "t2v", "status": "ok", "R1": 46.0,
+         "n_queries": 1000},
+        {**base, "backbone": "clip4clip", "dataset": "msvd", "direction": "t2v", "status": "ok", "R1": 40.0,
+         "n_queries": 670},
+        {**base, "backbone": "clip4clip", "dataset": "msrvtt", "direction": "v2t", "status": "failed", "R1": None,
+         "n_queries": None},
+        {**base, "backbone": "xpool", "dataset": "synthetic", "direction": "t2v", "status": "ok", "R1": 80.0,
+         "n_queries": 256},
+        {**base, "backbone": "xpool", "dataset": "msrvtt", "direction": "t2v", "status": "ok", "R1": 10.0,
+         "n_queries": 1000, "row": "tent"},
+    ])
+    t = clean_table(df)
+    assert [r[1] for r in t.rows] == ["in_domain: msrvtt t2v", "in_domain: msvd t2v", "in_domain: msrvtt v2t"]
+    ours, paper, diff = t.columns
+    xpool = ("xpool", "in_domain: msrvtt t2v")
+    assert (t.cell(xpool, ours).value, t.cell(xpool, paper).value) == (46.0, 46.9)   # the nearest of 46.9 / 43.9
+    assert t.cell(xpool, diff).value == pytest.approx(-0.9)
+    msvd = ("clip4clip", "in_domain: msvd t2v")   # published on 27,763 caption queries: not compared
+    assert t.cell(msvd, ours).value == 40.0 and t.cell(msvd, paper).state == "missing"
+    assert t.cell(("clip4clip", "in_domain: msrvtt v2t"), ours).state == "failed"
+    assert clean_table(df[df["dataset"] == "synthetic"]) is None

@@ -41,6 +41,7 @@ from orchestrator.report.plots import (
     plot_similarity,
     plot_stream,
 )
+from orchestrator.report.clean import clean_table
 from orchestrator.report.results import scenario_tables
 from orchestrator.report.rows import QS, method_rows, planned_rows, table_order
 from workloads.spec import TrialSpec
@@ -49,8 +50,9 @@ REPORT_DIR = "report"
 
 
 def report_sections(grid, df: pd.DataFrame) -> list[tuple[str, list[Table]]]:
-    """The report's tables, by section: every scenario's (query shift first: R@1, skewness, Table 13), then the TTA
-    cost. The same tables as the Parquet and Markdown files (orchestrator/report/results.py)."""
+    """The report's tables, by section: every scenario's (query shift first: R@1, skewness, Table 13), the TTA
+    cost, and the clean Source cells beside the papers' clean numbers (orchestrator/report/clean.py). The
+    scenarios' tables are those of the grid's Parquet and Markdown files (orchestrator/report/results.py)."""
     sections: list[tuple[str, list[Table]]] = []
     for name, tables in scenario_tables(grid, df).items():
         if not tables:
@@ -68,6 +70,9 @@ def report_sections(grid, df: pd.DataFrame) -> list[tuple[str, list[Table]]]:
     cost = cost_table(grid, df)
     if cost:
         sections.append(("TTA cost (Table 8)", [cost]))
+    clean = clean_table(df)
+    if clean:
+        sections.append(("Clean retrieval beside the papers", [clean]))
     return sections
 
 

@@ -1,0 +1,59 @@
+"""The report's "clean retrieval beside the papers" table: each clean Source cell of a grid (no perturbation, no
+adaptation) next to the published clean R@1 for the same backbone, checkpoint source, dataset and direction, on
+the same protocol (the comparison of `mlvp check`: orchestrator/planning/clean_check.py over workloads/paper.py).
+Only cases for which a paper publishes something are listed; a published number on another protocol (another
+query or gallery count) is never compared and shows as `missing`."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from orchestrator.config.tables import Table, Value
+from orchestrator.planning.clean_check import CheckCase, compare
+from workloads.spec import CLEAN
+
+COLUMNS = [("R@1", "ours"), ("R@1", "paper"), ("R@1", "ours - paper")]
+
+
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def clean_table(df: pd.DataFrame) -> Table | None:
+    """The table, or None when no clean Source cell of the grid has a published counterpart."""
+    if not len(df) or "perturbation" not in df:
+        return None
+    clean = df[(df["perturbation"] == CLEAN) & (df["row"] == "source")]
+    rows, cells = [], {}
+    for _, r in clean.iterrows():
+        source = r.get("source_dataset") or r["dataset"]
+        case = CheckCase(r["backbone"], source, r["dataset"], {})
+        n = _number(r.get("n_queries"))
+        case.results[r["direction"]] = {"status": r["status"], "n_queries": 0 if math.isnan(n) else int(n),
+                                        "n_gallery": r.get("n_gallery"), "error": r.get("error"),
+                                        "metrics": {k: _number(r.get(k)) for k in ("R1", "R5", "R10")}}
+        c = compare(case, r["direction"])
+        if not [p for p in c.rows if not p.bound]:
+            continue
+        where = "" if source == r["dataset"] else f"{source} -> "
+        row = (r["backbone"], f"{case.setting}: {where}{r['dataset']} {r['direction']}")
+        rows.append(row)
+        if r["status"] != "ok":
+            state = "failed" if r["status"] == "failed" else "missing"
+            cells.update({(row, col): Value(math.nan, state) for col in COLUMNS})
+            continue
+        ours = c.metrics["R1"]
+        cells[(row, COLUMNS[0])] = Value(ours, "ok")
+        if c.compared:
+            paper = min(c.compared, key=lambda p: abs(ours - p.r1)).r1
+            cells[(row, COLUMNS[1])] = Value(paper, "ok")
+            cells[(row, COLUMNS[2])] = Value(ours - paper, "ok")
+    if not rows:
+        return None
+    return Table("clean_vs_paper", "Clean retrieval beside the papers: Source R@1 without perturbation and the "
+                 "nearest published R@1 on the same protocol (workloads/paper.py; `missing`: none published on "
+                 "this protocol)", rows, COLUMNS, cells, {}, 1, {"R@1": True})
