@@ -9,6 +9,11 @@ on the next submission, successes never are.
 `render_video` is the pure per-video worker: decode once (only the frames the requested types read: read_for in
 workloads/perturbations/video/__init__.py), render every requested (perturbation, severity) from that one decode,
 resize/centre-crop, write. The orchestrator fans it out over Ray Data actors.
+
+OCR entries (a sibling kind, for OCR backbones: workloads/ocr.py): beside a clip, `<video>-<digest>.ocr-<engine
+version>.json` holds the words an OCR engine read in each window of the clip, read on the frames at their native
+resolution before the resize (`render_video(..., ocr=engine)`). Same key as the clip, so every trial of a (dataset,
+perturbation, severity) shares them; clip entries, their names and digests are unchanged.
 """
 from __future__ import annotations
 
@@ -120,6 +125,30 @@ class RenderCache:
             raise CacheCorrupt(f"{path}: checksum mismatch")
         return frames, meta
 
+    # -- OCR entries (module docstring) ---------------------------------------------------------------------------
+    def ocr_path(self, key: RenderKey, engine: str) -> Path:
+        p = self.path(key)
+        return p.with_name(f"{p.name[:-4]}.ocr-{_safe(engine)}.json")
+
+    def write_ocr(self, key: RenderKey, engine: str, windows: list[list[str]]) -> Path:
+        path = self.ocr_path(key, engine)
+        atomic_write_text(path, json.dumps({"key": asdict(key), "engine": engine, "windows": windows}))
+        return path
+
+    def read_ocr(self, key: RenderKey, engine: str) -> list[list[str]]:
+        """The words of each window of the clip `key`, as `engine` read them; CacheMiss / CacheCorrupt."""
+        path = self.ocr_path(key, engine)
+        if not path.is_file():
+            raise CacheMiss(str(path))
+        try:
+            data = json.loads(path.read_text())
+            windows = data["windows"]
+            if data["key"] != asdict(key) or not all(isinstance(w, list) for w in windows):
+                raise ValueError("not this clip's entry")
+        except Exception as err:
+            raise CacheCorrupt(f"{path}: {type(err).__name__}: {err}") from err
+        return windows
+
     def probe(self, key: RenderKey) -> dict[str, Any]:
         """Cheap check that an entry exists and is whole: opens the archive's directory and reads the small meta
         member, not the frames (a truncated file fails here; bit rot is caught by `read`'s checksum)."""
@@ -143,10 +172,12 @@ class RenderCache:
 
 
 def render_video(video_path: str, keys: list[RenderKey], cache: RenderCache,
-                 assets: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                 assets: dict[str, Any] | None = None, ocr=None, clips: bool = True) -> list[dict[str, Any]]:
     """Render every key of one source video from a single decode, sharing per-video work (uniform sample, optical
     flow, ...) across perturbations and severities. Never raises for a bad video or a failing perturbation: each
-    key gets a status record {digest, status: ok|failed, error, faithful, fallback, seconds}."""
+    key gets a status record {digest, status: ok|failed, error, faithful, fallback, seconds}.
+    `ocr`: an OCR engine (workloads/ocr.py): each key's frames are also read at their native resolution, before the
+    resize, into the key's OCR entry. `clips=False` writes only the OCR entries (the clips are there already)."""
     from workloads.perturbations import video as vp
     from workloads.video_io import uniform_indices, video_fps
 
@@ -154,7 +185,8 @@ def render_video(video_path: str, keys: list[RenderKey], cache: RenderCache,
     out: list[dict[str, Any]] = []
 
     def failed(key: RenderKey, msg: str, detail: str, t0: float) -> None:
-        cache.write_failure(key, video_path, msg + detail)
+        if clips:  # an OCR-only pass leaves the clip's own record alone
+            cache.write_failure(key, video_path, msg + detail)
         out.append({"digest": key.digest, "status": "failed", "error": msg, "faithful": None, "fallback": None,
                     "seconds": time.perf_counter() - t0})
 
@@ -177,10 +209,19 @@ def render_video(video_path: str, keys: list[RenderKey], cache: RenderCache,
         except Exception:
             pass  # the perturbation falls back to its default and says so in its meta
     decode_s = time.perf_counter() - t0
+    def write(key: RenderKey, frames: np.ndarray, meta: dict[str, Any]) -> None:
+        if ocr is not None:
+            cache.write_ocr(key, ocr.version(), ocr.read_windows(frames))
+        if clips:
+            cache.write(key, resize_center_crop(frames, key.resolution), meta)
+
     for key in clean:
         t1 = time.perf_counter()
-        cache.write(key, resize_center_crop(video[uniform_indices(len(video), key.num_frames)], key.resolution),
-                    {"faithful": True})
+        try:
+            write(key, video[uniform_indices(len(video), key.num_frames)], {"faithful": True})
+        except Exception as err:
+            failed(key, f"{type(err).__name__}: {err}", "\n" + traceback.format_exc(limit=5), t1)
+            continue
         out.append({"digest": key.digest, "status": "ok", "error": None, "faithful": True, "fallback": None,
                     "seconds": time.perf_counter() - t1 + decode_s / len(keys)})
     if perturbed:
@@ -195,7 +236,7 @@ def render_video(video_path: str, keys: list[RenderKey], cache: RenderCache,
                 failed(key, r.error, "", t1)
                 continue
             try:
-                cache.write(key, resize_center_crop(r.frames, key.resolution), r.meta)
+                write(key, r.frames, r.meta)
             except Exception as err:
                 failed(key, f"{type(err).__name__}: {err}", "\n" + traceback.format_exc(limit=5), t1)
                 continue
