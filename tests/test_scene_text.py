@@ -77,6 +77,39 @@ def test_window_captions_follow_tcd_template():
     assert clean_words("OPEN |\n OPEN, 24h x ~~") == ["OPEN", "24h"]   # repeats merged, noise dropped
 
 
+
+@pytest.mark.parametrize("base", ["clip4clip", "xpool"])
+def test_tcd_scores_a_clip_by_its_own_ocr_windows_and_without_ocr_ignores_them(base):
+    """TCD's score is the mean of its three cosines on the cosine scale; a clip's OCR words enter that clip's
+    column of the score matrix only (each video's fusion reads its own windows); with `ocr: false` every window is
+    the no-text caption, so the words change nothing."""
+    from workloads.backbones import create_backbone
+
+    torch.manual_seed(0)
+    model = create_backbone("tcd", "mlvp-micro", base=base).eval()
+    head = model.pooling
+    for p in (*head.video_to_ocr.v.parameters(), *head.ocr_to_video.v.parameters()):   # co-attention on
+        torch.nn.init.normal_(p, std=0.05)
+    g = torch.Generator().manual_seed(0)
+    clips = model.preprocess_frames(torch.randint(0, 256, (4, 6, 32, 32, 3), dtype=torch.uint8, generator=g))
+    windows = [[[w] if f % 2 else [] for f in range(6)] for w in ("OPEN", "EXIT", "BANK", "TAXI")]
+    text = model.text_features(model.tokenize([f"a sign reading {w}" for w in ("OPEN", "EXIT", "BANK", "TAXI")]))
+    with torch.no_grad():
+        before = model.score(text, model.video_features(clips, {"ocr": windows}))
+        changed = [list(w) for w in windows]
+        changed[1] = [["HOTEL", "CAFE"]] * 6
+        after = model.score(text, model.video_features(clips, {"ocr": changed}))
+        s_tv, s_to, s_th = head.terms(text, model.video_features(clips, {"ocr": windows}))
+    assert before.shape == (4, 4) and before.abs().max() <= 1 + 1e-5
+    assert torch.allclose(before, (s_tv + s_to + s_th) / 3, atol=1e-6)
+    assert not torch.allclose(after[:, 1], before[:, 1])
+    assert torch.allclose(after[:, [0, 2, 3]], before[:, [0, 2, 3]], atol=1e-6)
+    blind = create_backbone("tcd", "mlvp-micro", base=base, ocr=False).eval()
+    blind.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        assert torch.equal(blind.score(text, blind.video_features(clips, {"ocr": windows})),
+                           blind.score(text, blind.video_features(clips, {"ocr": changed})))
+
 @needs_ocr
 def test_ocr_entries_read_native_frames_once_and_every_trial_shares_them(text_data, tmp_path):
     """render_video(ocr=...) reads each clip at its source resolution before the resize into a sibling entry of
