@@ -177,11 +177,11 @@ class SyntheticConfig:
 
 def config_record(config: SyntheticConfig) -> dict:
     """The config as recorded (manifest, digest): version 1's exactly as before version 2 existed (without the
-    version-2 fields), so version-1 digests, cache directories and manifests are unchanged; version 3's without the
-    version-2 frame fields (it has none) but with its version, so it never shares a digest with version 1."""
+    version-2 fields, as version 3's), so version-1 digests, cache directories and manifests are unchanged. The digest
+    (`config_digest`) names the generator version beside the record, so versions 1 and 3 never share one."""
     rec = asdict(config)
     if config.version != 2:
-        for key in V2_ONLY_FIELDS if config.version == 1 else ("train_size", "train_fps"):
+        for key in V2_ONLY_FIELDS:
             rec.pop(key)
     return rec
 
