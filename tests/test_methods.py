@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from workloads.backbones import BACKBONES, create_backbone
-from workloads.methods import (METHODS, NAMES, ForwardOutput, Gallery, QueryBatch, create_method, iter_batches,
+from workloads.methods import (METHODS, NAMES, ForwardOutput, Gallery, QueryBatch, create_method,
                                run_stream)
 from workloads.methods._memory import PairMemory, gap_indicator, noise_robust_entropy
 from workloads.methods.eata import eata_select, eata_weighted_entropy
@@ -52,6 +52,10 @@ def H(logits):
 # ------------------------------------------------------------------------------------------------------------
 
 class Stream:
+    """A micro model's stream of 36 random clips or captions against the other side, encoded as the trial does:
+    the backbone's features with their parts (workloads/backbones/model.py), and each clip's side inputs where the
+    backbone reads some (OCR windows: a word of its own per clip, in half of its windows)."""
+
     def __init__(self, backbone, direction, n=36, seed=0):
         torch.manual_seed(seed)
         self.model = create_backbone(backbone, "mlvp-micro")
@@ -59,14 +63,30 @@ class Stream:
         g = torch.Generator().manual_seed(seed)
         clips = torch.randint(0, 256, (n, 12, 32, 32, 3), dtype=torch.uint8, generator=g)
         captions = [f"a {c} shape number {i}" for i, c in zip(range(n), ["red", "blue", "green", "pink"] * n)]
+        self.side = ({"ocr": [[[f"SIGN{i}"] if w % 2 else [] for w in range(12)] for i in range(n)]}
+                     if self.model.video_inputs else None)
         with torch.no_grad():
             if direction == "v2t":
-                self.gallery = Gallery(direction, self.model.encode_text(self.model.tokenize(captions)))
+                text = self.model.text_features(self.model.tokenize(captions))
+                self.gallery = Gallery(direction, text.main, text.parts)
                 self.queries = self.model.preprocess_frames(clips)
             else:
-                self.gallery = Gallery(direction, self.model.encode_frames(self.model.preprocess_frames(clips)))
+                video = self.model.video_features(self.model.preprocess_frames(clips), self.side)
+                self.gallery = Gallery(direction, video.main, video.parts)
                 self.queries = self.model.tokenize(captions)
         self.initial = {k: v.clone() for k, v in self.model.state_dict().items()}
+
+    def batches(self, sizes=None):
+        """The stream in batches of 16 (or of `sizes`), with the clips' side inputs."""
+        sizes = sizes or [16] * (len(self.queries) // 16) + [len(self.queries) % 16]
+        out, start = [], 0
+        for b, size in enumerate(x for x in sizes if x):
+            side = None
+            if self.direction == "v2t" and self.side is not None:
+                side = {k: v[start:start + size] for k, v in self.side.items()}
+            out.append(QueryBatch(b, self.queries[start:start + size], side=side))
+            start += size
+        return out
 
     def method(self, name, **kw):
         self.model.load_state_dict(self.initial)
@@ -74,7 +94,7 @@ class Stream:
 
     def run(self, name, batches=None, **kw):
         m = self.method(name, **kw)
-        return m, run_stream(m, batches if batches is not None else iter_batches(self.queries, 16))
+        return m, run_stream(m, batches if batches is not None else self.batches())
 
     def changed(self):
         return {k for k, v in self.model.state_dict().items() if not torch.equal(v, self.initial[k])}
@@ -529,8 +549,7 @@ def test_nan_guards_on_tiny_batches(streams):
     crashes) and a last batch of 2 (SAR's k = int(0.8) = 0) run without NaN."""
     for key in (("clip4clip", "v2t"), ("xpool", "t2v")):
         s = streams[key]
-        q = s.queries
-        batches = [QueryBatch(0, q[:2]), QueryBatch(1, q[2:18]), QueryBatch(2, q[18:34]), QueryBatch(3, q[34:36])]
+        batches = s.batches([2, 16, 16, 2])
         for name in ADAPTING:
             for faithful in (True, False):
                 m, scores = s.run(name, batches=batches, faithful=faithful, **STREAM_OPTIONS.get(name, {}))

@@ -11,6 +11,11 @@ workloads/perturbations/video/__init__.py; H.264 streams the file instead), rend
 severity) from that one decode, resize/centre-crop and write each rendering as it comes (iter_render), so a render
 holds one type's working set and one rendering at native resolution, whatever the clip's length
 (workloads/render_memory.py gives the peak per type). The orchestrator fans it out over Ray Data actors.
+
+OCR entries (a sibling kind, for OCR backbones: workloads/ocr.py): beside a clip, `<video>-<digest>.ocr-<engine
+version>.json` holds the words an OCR engine read in each window of the clip, read on the frames at their native
+resolution before the resize (`render_video(..., ocr=engine)`). Same key as the clip, so every trial of a (dataset,
+perturbation, severity) shares them; clip entries, their names and digests are unchanged.
 """
 from __future__ import annotations
 
@@ -122,6 +127,30 @@ class RenderCache:
             raise CacheCorrupt(f"{path}: checksum mismatch")
         return frames, meta
 
+    # -- OCR entries (module docstring) ---------------------------------------------------------------------------
+    def ocr_path(self, key: RenderKey, engine: str) -> Path:
+        p = self.path(key)
+        return p.with_name(f"{p.name[:-4]}.ocr-{_safe(engine)}.json")
+
+    def write_ocr(self, key: RenderKey, engine: str, windows: list[list[str]]) -> Path:
+        path = self.ocr_path(key, engine)
+        atomic_write_text(path, json.dumps({"key": asdict(key), "engine": engine, "windows": windows}))
+        return path
+
+    def read_ocr(self, key: RenderKey, engine: str) -> list[list[str]]:
+        """The words of each window of the clip `key`, as `engine` read them; CacheMiss / CacheCorrupt."""
+        path = self.ocr_path(key, engine)
+        if not path.is_file():
+            raise CacheMiss(str(path))
+        try:
+            data = json.loads(path.read_text())
+            windows = data["windows"]
+            if data["key"] != asdict(key) or not all(isinstance(w, list) for w in windows):
+                raise ValueError("not this clip's entry")
+        except Exception as err:
+            raise CacheCorrupt(f"{path}: {type(err).__name__}: {err}") from err
+        return windows
+
     def probe(self, key: RenderKey) -> dict[str, Any]:
         """Cheap check that an entry exists and is whole: opens the archive's directory and reads the small meta
         member, not the frames (a truncated file fails here; bit rot is caught by `read`'s checksum)."""
@@ -145,30 +174,33 @@ class RenderCache:
 
 
 def render_video(video_path: str, keys: list[RenderKey], cache: RenderCache,
-                 assets: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                 assets: dict[str, Any] | None = None, ocr=None, clips: bool = True) -> list[dict[str, Any]]:
     """Render every key of one source video from a single decode (per frame count), sharing per-video work (uniform
     sample, optical flow, ...) across perturbations and severities, each rendering written as soon as it is made.
     Never raises for a bad video or a failing perturbation: each key gets a status record {digest, status:
-    ok|failed, error, faithful, fallback, seconds}."""
+    ok|failed, error, faithful, fallback, seconds}.
+    `ocr`: an OCR engine (workloads/ocr.py): each key's frames are also read at their native resolution, before the
+    resize, into the key's OCR entry. `clips=False` writes only the OCR entries (the clips are there already)."""
     out: list[dict[str, Any]] = []
     groups: dict[int, list[RenderKey]] = {}
     for key in keys:  # keys of one video normally share the grid's frame count
         groups.setdefault(key.num_frames, []).append(key)
     for group in groups.values():
-        out += _render_group(video_path, group, cache, dict(assets or {}))
+        out += _render_group(video_path, group, cache, dict(assets or {}), ocr, clips)
     by_digest = {o["digest"]: o for o in out}
     return [by_digest[k.digest] for k in keys]
 
 
-def _render_group(video_path: str, keys: list[RenderKey], cache: RenderCache,
-                  assets: dict[str, Any]) -> list[dict[str, Any]]:
+def _render_group(video_path: str, keys: list[RenderKey], cache: RenderCache, assets: dict[str, Any], ocr=None,
+                  clips: bool = True) -> list[dict[str, Any]]:
     from workloads.perturbations import video as vp
     from workloads.video_io import uniform_indices, video_fps
 
     out: list[dict[str, Any]] = []
 
     def failed(key: RenderKey, msg: str, detail: str, t0: float) -> None:
-        cache.write_failure(key, video_path, msg + detail)
+        if clips:  # an OCR-only pass leaves the clip's own record alone
+            cache.write_failure(key, video_path, msg + detail)
         out.append({"digest": key.digest, "status": "failed", "error": msg, "faithful": None, "fallback": None,
                     "seconds": time.perf_counter() - t0})
 
@@ -189,10 +221,20 @@ def _render_group(video_path: str, keys: list[RenderKey], cache: RenderCache,
         except Exception:
             pass  # the perturbation falls back to its default and says so in its meta
     decode_s = time.perf_counter() - t0
+
+    def write(key: RenderKey, frames: np.ndarray, meta: dict[str, Any]) -> None:
+        if ocr is not None:
+            cache.write_ocr(key, ocr.version(), ocr.read_windows(frames))
+        if clips:
+            cache.write(key, resize_center_crop(frames, key.resolution), meta)
+
     for key in clean:
         t1 = time.perf_counter()
-        cache.write(key, resize_center_crop(video[uniform_indices(len(video), num_frames)], key.resolution),
-                    {"faithful": True})
+        try:
+            write(key, video[uniform_indices(len(video), num_frames)], {"faithful": True})
+        except Exception as err:
+            failed(key, f"{type(err).__name__}: {err}", "\n" + traceback.format_exc(limit=5), t1)
+            continue
         out.append({"digest": key.digest, "status": "ok", "error": None, "faithful": True, "fallback": None,
                     "seconds": time.perf_counter() - t1 + decode_s / len(keys)})
     # one ClipContext for all requests of this video; each rendering is resized and written as it comes
@@ -205,7 +247,7 @@ def _render_group(video_path: str, keys: list[RenderKey], cache: RenderCache,
             failed(key, r.error, "", t1)
         else:
             try:
-                cache.write(key, resize_center_crop(r.frames, key.resolution), r.meta)
+                write(key, r.frames, r.meta)
                 out.append({"digest": key.digest, "status": "ok", "error": None, "faithful": bool(r.meta["faithful"]),
                             "fallback": r.meta.get("fallback"), "seconds": seconds})
             except Exception as err:

@@ -32,7 +32,7 @@ import torch
 from workloads import CODE_VERSION, RENDER_VERSION, TRIAL_VERSION
 from workloads.atomic import atomic_path
 from workloads.backbones import create_backbone
-from workloads.backbones.model import VideoTextModel
+from workloads.backbones.model import Features, VideoTextModel
 from workloads.datasets import create_dataset
 from workloads.datasets.base import DatasetError, Split
 from workloads.methods import Gallery, NonFiniteError, QueryBatch, SourceFeatures, create_method, run_stream
@@ -133,11 +133,37 @@ def _load_clips(spec: TrialSpec, cache: RenderCache, test: Split, cells: list[tu
 
 def _clip_batches(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, test: Split, rows: list[int],
                   cells: list[tuple[str, int]]):
-    """Yield QueryBatches of preprocessed clips (row i at cells[i]), reading only one batch of clips at a time."""
+    """Yield QueryBatches of preprocessed clips (row i at cells[i]), reading only one batch of clips at a time, with
+    the clips' side inputs where the backbone reads some (their OCR entries: workloads/ocr.py)."""
     for b, start in enumerate(range(0, len(rows), spec.batch_size)):
         chunk = rows[start:start + spec.batch_size]
-        frames = np.stack([_read_clip(cache, render_key(spec, test.pairs[i].video_id, *cells[i])) for i in chunk])
-        yield QueryBatch(b, model.preprocess_frames(torch.from_numpy(frames)))
+        keys = [render_key(spec, test.pairs[i].video_id, *cells[i]) for i in chunk]
+        frames = np.stack([_read_clip(cache, key) for key in keys])
+        side = None
+        if "ocr" in model.video_inputs:
+            from workloads.ocr import get_engine
+
+            side = {"ocr": [cache.read_ocr(key, get_engine(model.pooling.ocr_engine).version()) for key in keys]}
+        yield QueryBatch(b, model.preprocess_frames(torch.from_numpy(frames)), side=side)
+
+
+def ensure_side_inputs(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, test: Split, rows: list[int],
+                       cells: list[tuple[str, int]]) -> None:
+    """Read what the backbone's video side needs besides frames for these clips, where the render stage has not:
+    the OCR entries of an OCR backbone (workloads/ocr.py `ensure_ocr`: once per clip and cell, shared by every
+    trial through the render cache)."""
+    if "ocr" not in model.video_inputs:
+        return
+    from workloads.ocr import ensure_ocr, get_engine
+
+    items = []
+    for i in rows:
+        key = render_key(spec, test.pairs[i].video_id, *cells[i])
+        if key.assets:
+            raise RuntimeError(f"OCR of {key.perturbation} rendered with assets ({key.assets}) must come from the "
+                               "render stage (render_video(..., ocr=engine)); a trial re-renders only asset-free cells")
+        items.append((key, test.pairs[i].video_path))
+    ensure_ocr(cache, items, get_engine(model.pooling.ocr_engine))
 
 
 def _text_queries(spec: TrialSpec, test: Split, ctx: TrialContext
@@ -184,6 +210,22 @@ def _autocast(spec: TrialSpec, ctx: TrialContext):
     return torch.autocast(torch.device(ctx.device).type, dtype=torch.bfloat16, enabled=spec.precision == "bf16")
 
 
+def _pack(features: Features) -> torch.Tensor | dict:
+    """A gallery as the cache keeps it: the global embedding alone (a cosine backbone: the file as before), or with
+    its parts in fp16 (HVP-Net's levels and compressed patches, TCD's OCR captions: half the bytes)."""
+    main = features.main.float().cpu()
+    if not features.parts:
+        return main
+    return {"main": main, "parts": {k: (v.half() if v.is_floating_point() else v).cpu()
+                                    for k, v in features.parts.items()}}
+
+
+def _unpack(value: torch.Tensor | dict) -> Features:
+    if isinstance(value, dict):
+        return Features(value["main"], dict(value["parts"])).to(dtype=torch.float32)
+    return Features(value)
+
+
 def _cached_features(ctx: TrialContext, name: str, compute: Callable[[], Any]) -> Any:
     """`compute()` (a tensor or a dict of tensors), kept in the gallery cache as `name` when the trial has one."""
     path = Path(ctx.gallery_cache) / name if ctx.gallery_cache else None
@@ -205,17 +247,24 @@ def encode_gallery(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, t
     """Gallery features from the unadapted model, cached on disk per (model, data, direction, frames, res)."""
     gkey = digest({**_model_key(spec), "direction": spec.direction, "rows": digest(rows)})
 
-    def encode() -> torch.Tensor:
+    def encode() -> torch.Tensor | dict:
         with _autocast(spec, ctx):
             if spec.direction == "v2t":
-                feats = encode_captions(model, [test.pairs[i].caption for i in rows])
+                captions = [test.pairs[i].caption for i in rows]
+                feats = Features.cat([model.text_features(model.tokenize(captions[s:s + 64]))
+                                      for s in range(0, len(captions), 64)])
             else:
-                feats = torch.cat([model.encode_frames(batch.inputs) for batch in
-                                   _clip_batches(spec, model, cache, test, rows, [(CLEAN, 0)] * len(test))])
-        return feats.float().cpu()
+                clean = [(CLEAN, 0)] * len(test)
+                ensure_side_inputs(spec, model, cache, test, rows, clean)
+                feats = Features.cat([model.video_features(batch.inputs, batch.side) for batch in
+                                      _clip_batches(spec, model, cache, test, rows, clean)])
+        return _pack(feats)
 
-    feats = _cached_features(ctx, f"{spec.dataset}-{spec.backbone}-{spec.direction}-{gkey}.pt", encode)
-    return Gallery(spec.direction, feats.to(ctx.device))
+    # a cosine backbone's gallery is one tensor, named as it always was; the global embedding is what
+    # `clean_query_embeddings` and the diagnostics read
+    feats = _unpack(_cached_features(ctx, f"{spec.dataset}-{spec.backbone}-{spec.direction}-{gkey}.pt", encode))
+    feats = feats.to(ctx.device)
+    return Gallery(spec.direction, feats.main, feats.parts)
 
 
 def encode_captions(model: VideoTextModel, captions: list[str]) -> torch.Tensor:
@@ -394,6 +443,8 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
         gallery = encode_gallery(spec, model, cache, test, gallery_rows, ctx)
         result.timings["gallery_s"] = time.perf_counter() - t0
         if spec.direction == "v2t":
+            ensure_side_inputs(spec, model, cache, test, query_rows, cells)
+
             def batches():
                 return _clip_batches(spec, model, cache, test, query_rows, cells)
         else:

@@ -1,8 +1,9 @@
 """Backbones by name: `create_backbone(name, clip_model, pretrained=<path or None>)`.
 
-`name` is a registered pooling head (`clip4clip`, `xpool`); `clip_model` an open_clip model config name (the
-project's own `mlvp-tiny` / `mlvp-micro`, or any open_clip config such as `ViT-B-32-quickgelu`); `pretrained` a local
-file or folder whose format is detected from its content (`workloads.backbones.convert`):
+`name` is a registered backbone (`BACKBONES.names()`: its head, docs/architecture.md "A backbone's features and
+score"); `clip_model` an open_clip model config name (the project's own `mlvp-tiny` / `mlvp-micro`, or any
+open_clip config such as `ViT-B-32-quickgelu`); `pretrained` a local file or folder whose format is detected from
+its content (`workloads.backbones.convert`):
 - a checkpoint written by `save_backbone` (a fine-tuned retrieval model: CLIP + pooling head, "mlvp-backbone/1"), or
 - a checkpoint of the X-Pool code that the HAT-VTR authors fine-tuned with ({"state_dict": ...} with `clip.*` and,
   for X-Pool, `pool_frames.*`): CLIP and, for X-Pool, the pooling head, or

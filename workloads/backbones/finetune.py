@@ -32,7 +32,7 @@ from workloads import CODE_VERSION, FINETUNE_VERSION
 from workloads.atomic import atomic_path, atomic_write_text
 from workloads.backbones import create_backbone, load_checkpoint, save_backbone
 from workloads.backbones.finetune_config import FinetuneConfig, checkpoint_path  # noqa: F401 (re-exported)
-from workloads.backbones.model import VideoTextModel, cosine_similarity
+from workloads.backbones.model import Features, PoolingHead, VideoTextModel, cosine_similarity
 from workloads.datasets.base import Split
 from workloads.seeding import digest
 from workloads.video_io import VideoDecodeError, read_frames, resize_center_crop
@@ -328,9 +328,19 @@ def batch_plans(config: FinetuneConfig, groups: list[list[int]], n_pairs: int, n
     return published(), steps
 
 
-def train_step(model: VideoTextModel, opt, sched, autocast, tokens: torch.Tensor, clips: torch.Tensor) -> torch.Tensor:
+def own_loss(model: VideoTextModel) -> bool:
+    """Whether the backbone brings its own features, score and loss (workloads/backbones/model.py: the backbone
+    contract; HVP-Net, TCD) instead of a pooling head under the shared InfoNCE."""
+    return type(model.pooling).finetune_loss is not PoolingHead.finetune_loss
+
+
+def train_step(model: VideoTextModel, opt, sched, autocast, tokens: torch.Tensor, clips: torch.Tensor,
+               side: dict | None = None) -> torch.Tensor:
     """One fine-tuning step on a batch of captions (tokens) and their clips ([B, f, S, S, 3] uint8); returns the
-    loss. benchmarks/gpu_trial.py times this step at full size."""
+    loss. benchmarks/gpu_trial.py times this step at full size. `side`: the clips' side inputs (OCR windows) for a
+    backbone that reads them."""
+    if own_loss(model):
+        return _step(model, opt, sched, lambda: _head_loss(model, autocast, tokens, clips, side))
     with autocast:
         text = model.encode_text(tokens)
         frames = model.encode_frames(model.preprocess_frames(clips))
@@ -343,15 +353,68 @@ def train_step(model: VideoTextModel, opt, sched, autocast, tokens: torch.Tensor
     return loss
 
 
+def _head_loss(model: VideoTextModel, autocast, tokens: torch.Tensor, clips: torch.Tensor,
+               side: dict | None) -> torch.Tensor:
+    with autocast:
+        text = model.text_features(tokens)
+        video = model.video_features(model.preprocess_frames(clips), side)
+        return model.pooling.finetune_loss(model, text, video).float()
+
+
+def _step(model: VideoTextModel, opt, sched, loss_fn) -> torch.Tensor:
+    """The update of `train_step` for a loss from `loss_fn()`."""
+    loss = loss_fn()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss
+
+
+def side_inputs(model: VideoTextModel, split: Split, num_frames: int, cache_dir: str | Path | None
+                ) -> dict[str, list] | None:
+    """The side inputs of every pair of `split` (one entry per pair, in split order) for a backbone whose video side
+    reads some (its OCR windows: workloads/ocr.py), else None."""
+    if not model.video_inputs:
+        return None
+    if model.video_inputs != ("ocr",):
+        raise ValueError(f"fine-tuning knows the side input 'ocr', not {model.video_inputs}")
+    from workloads.ocr import get_engine, split_windows
+
+    windows = split_windows(split, num_frames, get_engine(model.pooling.ocr_engine), cache_dir)
+    return {"ocr": [windows[p.video_id] for p in split.pairs]}
+
+
+@torch.no_grad()
+def _evaluate_scores(model: VideoTextModel, frames_uint8: np.ndarray, captions: list[str], rows: np.ndarray,
+                     side: dict | None, chunk: int) -> torch.Tensor:
+    """Scores [Nt, Nv] by the backbone's own score (caption i's clip is `frames_uint8[rows[i]]`, its side inputs
+    side[k][i])."""
+    text = Features.cat([model.text_features(model.tokenize(captions[i:i + chunk]))
+                         for i in range(0, len(captions), chunk)])
+    video = Features.cat([model.video_features(
+        model.preprocess_frames(torch.from_numpy(np.asarray(frames_uint8[rows[i:i + chunk]]))),
+        None if side is None else {k: v[i:i + chunk] for k, v in side.items()}) for i in range(0, len(rows), chunk)])
+    return torch.cat([model.score(text.rows(slice(i, i + chunk)), video) for i in range(0, len(text), chunk)])
+
+
 @torch.no_grad()
 def evaluate(model: VideoTextModel, frames_uint8: np.ndarray, captions: list[str], rows: np.ndarray | None = None,
-             chunk: int = 64) -> dict:
+             chunk: int = 64, side: dict | None = None) -> dict:
     """Clean retrieval of a test split with one caption per video: R@1/5/10, MdR, MnR for v2t and t2v. Caption i
-    belongs to clip `frames_uint8[rows[i]]` (rows None: to clip i)."""
+    belongs to clip `frames_uint8[rows[i]]` (rows None: to clip i); `side`: caption i's clip's side inputs at
+    side[k][i], for a backbone that reads some."""
     from workloads.metrics import retrieval_metrics
 
     rows = np.arange(len(captions)) if rows is None else np.asarray(rows)
     model.eval()
+    if own_loss(model) or model.video_inputs:
+        sims = _evaluate_scores(model, frames_uint8, captions, rows, side, chunk)
+        gt = np.arange(len(captions))
+        out = {f"t2v_{k}": v for k, v in retrieval_metrics(sims, gt).items()}
+        out.update({f"v2t_{k}": v for k, v in retrieval_metrics(sims.t(), gt).items()})
+        return out
     text = torch.cat([model.encode_text(model.tokenize(captions[i:i + chunk])) for i in range(0, len(captions), chunk)])
     frames = torch.cat([model.encode_frames(model.preprocess_frames(torch.from_numpy(frames_uint8[rows[i:i + chunk]])))
                         for i in range(0, len(rows), chunk)])
@@ -394,6 +457,11 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
                                                                 workers=config.workers)
     if len(set(test_index.tolist())) != len(test_index):
         raise ValueError(f"test split {test.dataset} repeats videos; evaluation expects one caption per video")
+    train_side = side_inputs(model, train, config.eval_frames, frames_cache)   # OCR windows of an OCR backbone
+    test_side = side_inputs(model, test, config.eval_frames, frames_cache)
+    if train_side is not None:
+        train_side = {k: [v[i] for i in train_kept] for k, v in train_side.items()}
+        test_side = {k: [v[i] for i in test_kept] for k, v in test_side.items()}
     log(f"decoded {len(train_clips)} train / {len(test_frames)} test clips at {size}px in {time.time() - t0:.1f}s"
         + (f" (cached in {frames_cache})" if frames_cache else "")
         + (f"; skipped undecodable videos: {len(train_bad)} train, {len(test_bad)} test "
@@ -405,6 +473,8 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
     for row, i in enumerate(train_kept):  # rows index the kept pairs (tokens, clip_of_pair)
         by_video.setdefault(train.pairs[i].video_id, []).append(row)
     plans, steps = batch_plans(config, list(by_video.values()), len(train_kept), train_clips.shape[1], size, rng)
+    if train_side is not None:  # a backbone's side inputs follow each batch's rows (the first item of its plan)
+        plans = list(plans)
 
     opt, sched = optimizer(model, config, total_steps=steps, dataset=train.dataset)
     precision = resolve_precision(config.precision, device)
@@ -423,11 +493,12 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
     model.train()
     t0 = time.time()
     for step, (batch_tokens, clips) in enumerate(loader):
-        loss = train_step(model, opt, sched, autocast, batch_tokens, clips)
+        side = None if train_side is None else {k: [v[r] for r in plans[step][0]] for k, v in train_side.items()}
+        loss = train_step(model, opt, sched, autocast, batch_tokens, clips, side)
         if step % max(1, steps // 10) == 0 or step == steps - 1:
             log(f"step {step + 1}/{steps} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
     train_seconds = time.time() - t0
-    metrics = evaluate(model, test_frames, [test.pairs[i].caption for i in test_kept], test_index)
+    metrics = evaluate(model, test_frames, [test.pairs[i].caption for i in test_kept], test_index, side=test_side)
     record = {"config": asdict(config), "steps": steps, "train_fingerprint": train.fingerprint, "test_fingerprint":
               test.fingerprint, "train_seconds": train_seconds, "metrics": metrics, "code_version": CODE_VERSION,
               "device": str(device), "precision": precision, "skipped_videos": {"train": train_bad, "test": test_bad}}

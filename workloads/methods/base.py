@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.backbones.model import VideoTextModel, cosine_similarity
+from workloads.backbones.model import Features, VideoTextModel
 from workloads.methods.reference_configs import reference_settings
 from workloads.options import Option, check_options
 
@@ -58,34 +58,53 @@ class NonFiniteError(RuntimeError):
 
 @dataclass
 class Gallery:
-    """Gallery features computed once with the unadapted model. v2t: raw text features [G, D];
-    t2v: raw per-frame video features [G, T, D]."""
+    """Gallery features computed once with the unadapted model. `features`, the backbone's global embedding
+    (workloads/backbones/model.py: the backbone contract): v2t raw text features [G, D]; t2v raw per-frame video
+    features [G, T, D]. `parts`: what else the backbone's score reads of each item ({} for a cosine backbone)."""
 
     direction: str
     features: torch.Tensor
+    parts: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self):
         want = 2 if self.direction == "v2t" else 3
         if self.direction not in DIRECTIONS or self.features.dim() != want:
             raise ValueError(f"{self.direction} gallery needs a {want}-d feature tensor, got "
                              f"{tuple(self.features.shape)}")
+        Features(self.features, self.parts)  # every part has one row per item
 
     def __len__(self) -> int:
         return self.features.shape[0]
+
+    @property
+    def side(self) -> Features:
+        """The gallery as the backbone's score reads it."""
+        return Features(self.features, self.parts)
 
 
 @dataclass
 class QueryBatch:
     """One batch of the query stream: normalised frames [B, T, 3, H, W] (v2t) or token ids [B, L] (t2v). `texts`:
     the t2v queries' caption strings, in batch order, where the stream has them (workloads/trial.py fills them;
-    TITAN's counterfactual masking reads the words); None for video queries."""
+    TITAN's counterfactual masking reads the words); None for video queries. `side`: the video queries' per-clip
+    inputs the backbone reads besides frames (`VideoTextModel.video_inputs`: {"ocr": [one list of windows per
+    clip]}), None when it reads none."""
 
     index: int
     inputs: torch.Tensor
     texts: tuple[str, ...] | None = None
+    side: dict[str, list] | None = None
 
     def __len__(self) -> int:
         return self.inputs.shape[0]
+
+    def with_inputs(self, inputs: torch.Tensor, rows=None) -> "QueryBatch":
+        """Another batch of the same queries (`rows` of them: a list of positions) with `inputs` in their place
+        (DeYO's transformed frames, TITAN's counterfactual captions), their side inputs carried along."""
+        side = self.side
+        if side is not None and rows is not None:
+            side = {k: [v[int(i)] for i in rows] for k, v in side.items()}
+        return QueryBatch(self.index, inputs, None, side)
 
 
 @dataclass
@@ -248,23 +267,31 @@ class TTAMethod:
         return nullcontext()
 
     # -- forward ------------------------------------------------------------------------------------------------
+    def encode_queries(self, batch: QueryBatch) -> Features:
+        """The batch's query features from the (adapting) model: videos with their side inputs, or texts."""
+        if self.direction == "v2t":
+            return self.model.video_features(batch.inputs, batch.side)       # main [B, T, D]
+        return self.model.text_features(batch.inputs)                         # main [B, D]
+
+    def score_queries(self, queries: Features, gallery: Features) -> torch.Tensor:
+        """The backbone's scores [B, G] of queries against the gallery, whichever side is the text."""
+        if self.direction == "v2t":
+            return self.model.score(gallery, queries).t()
+        return self.model.score(queries, gallery)
+
     def forward_output(self, batch: QueryBatch) -> ForwardOutput:
-        """The reference harness's `TTABase.forward_output`: pooling on UNnormalised features, cosine
-        scores [B, G]. query_feat / gallery_feat as TCR consumes them: v2t -> mean of unnormalised query frame
-        features and normalised gallery texts; t2v -> normalised query texts and the mean of unnormalised gallery
-        frame features."""
-        g = self.gallery.features
+        """The reference harness's `TTABase.forward_output`: pooling on UNnormalised features, the backbone's scores
+        [B, G] (cosine for CLIP4Clip and X-Pool). query_feat / gallery_feat as TCR consumes them, from the global
+        embeddings: v2t -> mean of unnormalised query frame features and normalised gallery texts; t2v ->
+        normalised query texts and the mean of unnormalised gallery frame features."""
+        g = self.gallery.side
         with self.autocast():
+            q = self.encode_queries(batch)
+            scores = self.score_queries(q, g)                                 # [B, G]
             if self.direction == "v2t":
-                frames = self.model.encode_frames(batch.inputs)              # [B, T, D]
-                pooled = self.model.pool(g, frames)                           # [B, D] or [B, G, D]
-                scores = cosine_similarity(g, pooled).t()                     # [B, G]
-                query_feat, gallery_feat = frames.mean(1), F.normalize(g, dim=-1)
+                query_feat, gallery_feat = q.main.mean(1), F.normalize(g.main, dim=-1)
             else:
-                text = self.model.encode_text(batch.inputs)                   # [B, D]
-                pooled = self.model.pool(text, g)                             # [G, D] or [G, B, D]
-                scores = cosine_similarity(text, pooled)                      # [B, G]
-                query_feat, gallery_feat = F.normalize(text, dim=-1), g.mean(1)
+                query_feat, gallery_feat = F.normalize(q.main, dim=-1), g.main.mean(1)
         return ForwardOutput(scores.float(), query_feat.float(), gallery_feat.float())
 
     # -- adaptation ---------------------------------------------------------------------------------------------

@@ -138,7 +138,7 @@ class DeYO(TTAMethod):
 
         def probs_prime(ids: torch.Tensor) -> torch.Tensor:
             with torch.no_grad():
-                prime = self.forward_output(QueryBatch(batch.index, self.transform(batch.inputs[ids])))
+                prime = self.forward_output(batch.with_inputs(self.transform(batch.inputs[ids]), ids.tolist()))
             return self.logits(prime).softmax(1)
 
         ids, plpd = deyo_select(entropy, logits.softmax(1), probs_prime, o["deyo_margin"] * log_g,

@@ -3,7 +3,8 @@
 
 Own forward (not the base harness's): text features L2-normalised, video features L2-normalised PER FRAME
 ([B or G, T, D]); CLIP4Clip = mean of the normalised frames, re-normalised; X-Pool = pooling head on the normalised
-text and frames, then normalised. S = cosine [B, G]. query_feat: v2t frames [B, T, D] / t2v texts [B, D];
+text and frames, then normalised. S = cosine [B, G] (a backbone with its own score scores the normalised global
+embeddings with its other parts as they are). query_feat: v2t frames [B, T, D] / t2v texts [B, D];
 gallery_feat: v2t texts [G, D] / t2v frames [G, T, D].
 
 Per step (3 per batch):
@@ -55,7 +56,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from workloads.backbones.model import cosine_similarity
 from workloads.methods._memory import (
     PairMemory,
     center_uniformity,
@@ -217,17 +217,14 @@ class HATVTR(TTAMethod):
         return self._gallery_unit
 
     def forward_output(self, batch: QueryBatch) -> ForwardOutput:
-        g = self.gallery_unit
+        # the normalisation applies to the global embeddings; a backbone's other parts are scored as they are
+        # (workloads/backbones/model.py: the backbone contract)
+        g = self.gallery.side.with_main(self.gallery_unit)
         with self.autocast():
-            if self.direction == "v2t":
-                frames = F.normalize(self.model.encode_frames(batch.inputs), dim=-1)   # [B, T, D]
-                scores = cosine_similarity(g, self.model.pool(g, frames)).t()         # [B, G]
-                query_feat = frames
-            else:
-                text = F.normalize(self.model.encode_text(batch.inputs), dim=-1)      # [B, D]
-                scores = cosine_similarity(text, self.model.pool(text, g))            # [B, G]
-                query_feat = text
-        return ForwardOutput(scores.float(), query_feat.float(), g)
+            q = self.encode_queries(batch)
+            q = q.with_main(F.normalize(q.main, dim=-1))          # frames [B, T, D] per frame / texts [B, D]
+            scores = self.score_queries(q, g)                    # [B, G]
+        return ForwardOutput(scores.float(), q.main.float(), g.main)
 
     # -- adaptation ---------------------------------------------------------------------------------------------
     @torch.no_grad()

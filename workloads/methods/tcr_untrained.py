@@ -17,7 +17,8 @@ Scoring: CLIP4Clip: cos(z', g) for video queries is the mean-pooled transformed 
 the move is applied where the head reads the query: video queries' frame features f_t (mean m, s = ||m||) become
 s c + lambda (f_t - s c) + s (1 - Delta_S / Delta_T)(mean g - c), whose mean is s times the moved embedding (the
 same cosine under mean pooling; X-Pool pools them as it pools any frames); text queries are replaced by s z'
-(s = their norm). The gallery is untouched.
+(s = their norm). The gallery is untouched. A backbone with its own score (workloads/backbones/model.py) scores
+the moved global embedding with its other parts as they are.
 Guard: an empty queue (a first batch of < 4 queries, where the authors' code fails) leaves the gap as it is
 (only step 4 applies). Both modes are the same method.
 
@@ -28,7 +29,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from workloads.backbones.model import cosine_similarity
 from workloads.methods._memory import PairMemory, gap_indicator, modality_gap
 from workloads.methods.base import ForwardOutput, NoAdaptation, QueryBatch
 from workloads.methods.registry import register_method
@@ -60,15 +60,16 @@ class TCRUntrained(NoAdaptation):
 
     @torch.no_grad()
     def forward_output(self, batch: QueryBatch) -> ForwardOutput:
-        g_raw = self.gallery.features
+        g_side = self.gallery.side
+        g_raw = g_side.main
         with self.autocast():
+            q = self.encode_queries(batch)
+            scores = self.score_queries(q, g_side)                                     # [B, G]
             if self.direction == "v2t":
-                frames = self.model.encode_frames(batch.inputs).float()                # [B, T, D]
-                scores = cosine_similarity(g_raw, self.model.pool(g_raw, frames)).t()  # [B, G]
+                frames = q.main.float()                                                # [B, T, D]
                 query, g_all = frames.mean(1), F.normalize(g_raw.float(), dim=-1)
             else:
-                query = self.model.encode_text(batch.inputs).float()                   # [B, D]
-                scores = cosine_similarity(query, self.model.pool(query, g_raw))
+                query = q.main.float()                                                 # [B, D]
                 g_all = F.normalize(g_raw.float().mean(1), dim=-1)
         norm = query.norm(dim=-1, keepdim=True)
         z = query / norm
@@ -86,8 +87,8 @@ class TCRUntrained(NoAdaptation):
             if self.direction == "v2t":
                 s = norm.unsqueeze(1)                                                  # [B, 1, 1]
                 frames = s * c + self.options["scale"] * (frames - s * c) + s * shift
-                scores = cosine_similarity(g_raw, self.model.pool(g_raw, frames)).t()
+                scores = self.score_queries(q.with_main(frames), g_side)
             else:
                 text = norm * F.normalize(moved, dim=-1)
-                scores = cosine_similarity(text, self.model.pool(text, g_raw))
+                scores = self.score_queries(q.with_main(text), g_side)
         return ForwardOutput(scores.float(), F.normalize(moved, dim=-1), g_all)

@@ -7,7 +7,9 @@ unchanged. Registered as
                     (docs/notes/2026-11-results-history.md §5, "Calibration attempt": it ranks the perturbation types
                     further from the paper);
     `synthetic_b`   domain B, version 1; `synthetic_c` domain C, version 1 (the zero-shot pretraining style: its
-                    frames and captions train the embedded default's "pretrained CLIP").
+                    frames and captions train the embedded default's "pretrained CLIP");
+    `synthetic_text` generator version 3, the scene-text domain: version 1's scenes at 128 px with a sign whose word
+                    the caption names (workloads/datasets/synthetic/text.py describes it).
 The generator version is part of the config digest, hence of the cache directory and of every key (checkpoints,
 renders, ledger) that names the data's version: the two versions never mix.
 
@@ -217,6 +219,19 @@ class SyntheticV2(SyntheticDataset):
     domain = "a"
     generator_version = 2
     option_defaults = {**SyntheticDataset.option_defaults, **V2_DEFAULTS}
+
+
+TEXT_DEFAULTS = {"size": 128, "n_train": 2000}
+
+
+@register_dataset("synthetic_text")
+class SyntheticText(SyntheticDataset):
+    """The scene-text domain (issue #35, generator version 3: workloads/datasets/synthetic/text.py): version 1's
+    scenes at 128 px with a sign whose word the caption names; test scenes in groups of 4 told apart by their sign
+    only, so OCR matters and the perturbations that destroy text (noise, blur, H.264, occlusion) can take it away."""
+    domain = "a"
+    generator_version = 3
+    option_defaults = {**SyntheticDataset.option_defaults, **TEXT_DEFAULTS}
 
 
 @register_dataset("synthetic_b")

@@ -12,11 +12,13 @@ from workloads.datasets.base import DatasetError
 from workloads.seeding import digest
 
 # The generator versions: a config's `version` picks one. Version 1 is the 64 px / 8 fps default (`synthetic`, and
-# domains B and C); version 2 the calibration attempt of issue #12 (`synthetic_v2`, not adopted). The
+# domains B and C); version 2 the calibration attempt of issue #12 (`synthetic_v2`, not adopted); version 3 the
+# scene-text domain (`synthetic_text`: version 1's scenes with a sign whose word the caption names, issue #35). The
 # version is part of the config digest, hence of the cache directory name and every ledger key that names the data.
 # Bump a version's number (add a new one) when anything changes what generate() writes for a given config.
-GENERATOR_VERSIONS = (1, 2)
-GENERATOR_VERSION = 2  # the newest
+GENERATOR_VERSIONS = (1, 2, 3)
+GENERATOR_VERSION = 3  # the newest
+TEXT_MIN_SIZE = 96     # version 3: below this the signs' words are too small to read at the source resolution
 V2_ONLY_FIELDS = ("version", "train_size", "train_fps")
 
 SHAPES = ("circle", "square", "triangle", "cross")
@@ -149,10 +151,13 @@ class SyntheticConfig:
         if self.version not in GENERATOR_VERSIONS:
             raise DatasetError(f"synthetic dataset: unknown generator version {self.version}; versions: "
                                f"{list(GENERATOR_VERSIONS)}")
-        if self.version == 1 and (self.train_size or self.train_fps):
+        if self.version != 2 and (self.train_size or self.train_fps):
             raise DatasetError("synthetic dataset: train_size and train_fps need generator version 2")
-        if self.version == 2 and self.domain != "a":
-            raise DatasetError("synthetic dataset: generator version 2 has domain A only")
+        if self.version in (2, 3) and self.domain != "a":
+            raise DatasetError(f"synthetic dataset: generator version {self.version} has domain A only")
+        if self.version == 3 and self.size < TEXT_MIN_SIZE:
+            raise DatasetError(f"synthetic dataset: the scene-text domain needs size >= {TEXT_MIN_SIZE} (legible "
+                               f"signs at the source resolution), got {self.size}")
         if self.train_size < 0 or self.train_size % 2 or self.train_fps < 0:
             raise DatasetError("synthetic dataset: train_size must be 0 or even, train_fps >= 0")
         if self.domain not in DOMAINS:
@@ -172,9 +177,10 @@ class SyntheticConfig:
 
 def config_record(config: SyntheticConfig) -> dict:
     """The config as recorded (manifest, digest): version 1's exactly as before version 2 existed (without the
-    version-2 fields), so version-1 digests, cache directories and manifests are unchanged."""
+    version-2 fields, as version 3's), so version-1 digests, cache directories and manifests are unchanged. The digest
+    (`config_digest`) names the generator version beside the record, so versions 1 and 3 never share one."""
     rec = asdict(config)
-    if config.version == 1:
+    if config.version != 2:
         for key in V2_ONLY_FIELDS:
             rec.pop(key)
     return rec

@@ -118,16 +118,18 @@ def sample_clips_v1(config: SyntheticConfig) -> list[dict]:
 
 
 def draw_clips(cfg: SyntheticConfig, rng: np.random.Generator, *, random_attrs, combo_key, values, order, geometry,
-               caption, forced_value_named: bool = False, hint: str = "") -> list[dict]:
+               caption, forced_value_named: bool = False, hint: str = "", test: list[dict] | None = None
+               ) -> list[dict]:
     """The clips of a config, test first then train, from a generator version's own pieces (version 1 here,
     version 2 in workloads/datasets/synthetic/v2.py): `n_test` distinct test combinations; then the train clips,
     first one per (category, value) of `order` that the test captions use and no earlier train clip names (so every
     test word is seen in training), then random ones, none repeating a test combination; then each clip's geometry
     and captions. `forced_value_named`: a coverage clip must also name its forced value (`random_attrs` may not
-    honour it)."""
+    honour it). `test`: the test attributes drawn by the caller (version 3 draws its groups itself), distinct
+    combinations."""
     dom = DOMAINS[cfg.domain]
-    test_keys: set = set()
-    test: list[dict] = []
+    test_keys: set = {combo_key(a) for a in test or ()}
+    test = list(test or ())
     attempts = 0
     while len(test) < cfg.n_test:
         attempts += 1
