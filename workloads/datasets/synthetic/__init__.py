@@ -32,8 +32,8 @@ Version 2 (`synthetic_v2`): realistic native size and rate, content beyond colou
     mean, a light haze veil 0-0.1 with a gradient), a slow camera pan (the background slides at 0.02-0.05 frame
     sides per second; objects move in frame coordinates, as their captions say) and sensor grain (std 1-4 grey
     levels at 64 px, scaled with the size so a resize to 64 px leaves the same grain). Heavier haze was tried and
-    measured (RESULTS section 5): it did not make fog milder and cost clean R@1. No two test clips share
-    (structure, background, objects with all attributes and motions).
+    measured (docs/notes/2026-11-results-history.md §5): it did not make fog milder and cost clean R@1. No two test
+    clips share (structure, background, objects with all attributes and motions).
     Caption grammar (OBJ = "a {size} [striped ]{colour} {shape}", M = moves left / moves right / moves up /
     moves down / stays still, PLACE = "a {bg colour} {pattern} background"):
         one     "OBJ M on PLACE"
