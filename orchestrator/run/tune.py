@@ -83,8 +83,8 @@ def call_hook(hook: str, spec: TrialSpec) -> None:
 
 def _name_worker(spec: TrialSpec) -> None:
     """Title this worker process by the trial's cell, its MLflow run name (`ray::trial synthetic/v2t/clip4clip/
-    tent/fog-5`): the Ray dashboard lists each worker by this command line (Cluster tab; REST /nodes/<node id>),
-    so a running submission's trials show there by name. Ray retitles the worker at its next task."""
+    tent/fog-5`), so `ps`/`top` on a node show which trial each worker runs. Ray 2.60's dashboard does not show
+    this title (tests/test_report_dashboard.py, an expected failure). Ray retitles the worker at its next task."""
     try:
         import setproctitle   # small; only in the workers
 
