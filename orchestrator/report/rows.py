@@ -9,6 +9,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from orchestrator.config.tables import TableOrder
+from workloads.metrics import DIAGNOSTIC_METRICS
 from workloads.perturbations.text import TEXT_PERTURBATIONS
 from workloads.perturbations.video import VIDEO_PERTURBATIONS
 from workloads.spec import SPEC_FIELDS, TrialSpec
@@ -24,6 +25,8 @@ HUB = ["hub_skewness", "hub_truncated_skewness", "hub_atkinson", "hub_robin_hood
 
 
 TIMINGS = ["gallery_s", "adapt_s", "total_s", "per_query_ms"]
+# the label-free selection signals of a trial (workloads/selection.py) and TCR's diagnostics (workloads/metrics.py)
+SIGNALS = ["pred_entropy", "snd", "source_R1", *DIAGNOSTIC_METRICS]
 
 
 def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -32,7 +35,8 @@ def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         spec = e["spec"]
         row = {"key": e["key"], "status": e["status"], **{c: spec.get(c) for c in SPEC_FIELDS}}
         row["row"] = spec.get("variant") or spec["method"]   # the table row: variant name, else method
-        row.update({m: e.get("metrics", {}).get(m) for m in METRICS + HUB})
+        row.update({m: e.get("metrics", {}).get(m) for m in METRICS + HUB + SIGNALS})
+        row["query_R1"] = e.get("query_R1")   # per query (a list, or compact: TrialLedger.entries(lists=False))
         row.update({t: e.get("timings", {}).get(t) for t in TIMINGS})
         row.update({"n_queries": e.get("n_queries"), "n_gallery": e.get("n_gallery"),
                     "n_dropped": len(e.get("dropped") or []), "faithful_renders": e.get("faithful_renders"),
