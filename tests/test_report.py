@@ -125,8 +125,9 @@ def test_missing_and_failed_cells_are_never_numbers(tiny_results, tmp_path, caps
     console = capsys.readouterr().out
     tables_md = (results / "tiny" / "qs_tables.md").read_text()
     for text in (console, tables_md, md):
-        assert "| failed |" in text and "| missing |" in text and f"| {partial} |" in text, text[-2000:]
-        assert f"**{partial}**" not in text   # a partial mean is never a column's best
+        # the partial mean with its interval (a bootstrap over the queries of the one trial that ran)
+        assert "| failed |" in text and "| missing |" in text and f"| {partial} ±" in text, text[-2000:]
+        assert f"**{partial}" not in text   # a partial mean is never a column's best
     assert console.index("mean over severity") < console.index("severity 1")   # the headline table first
     # the Parquet tables: null values, with their states beside them
     per_sev = pq.read_table(results / "tiny" / "qs_R1.parquet").to_pandas().set_index(["severity", "method"])
@@ -139,7 +140,7 @@ def test_missing_and_failed_cells_are_never_numbers(tiny_results, tmp_path, caps
     trials = pq.read_table(results / "tiny" / "trials.parquet").to_pandas().set_index("key")
     assert trials.loc[missing["key"], "status"] == "missing" and trials.loc[failed["key"], "status"] == "failed"
     # and the page: a partial cell says over how many, the missing one reads missing
-    assert f'<td class="partial" title="mean over 1 of 2">{partial}</td>' in page
+    assert '<td class="partial" title="mean over 1 of 2; 95% interval [' in page and f">{partial} ±" in page
     assert '<td class="missing">missing</td>' in page
 
 

@@ -45,14 +45,15 @@ def soft_neighbourhood_density(z, temperature: float = SND_TEMPERATURE) -> float
 
 
 @torch.no_grad()
-def source_accuracy(model, direction: str, frames: torch.Tensor, captions: list[str], batch: int = 32) -> float:
-    """R@1 (%) of `direction` on clean source pairs: `frames` normalised float [N, T, 3, H, W] (row i shows
-    captions[i]), scored by the model's own pooling and cosine (Source's scoring). v2t: each video against every
-    caption; t2v: each caption against every video."""
+def source_accuracy(model, direction: str, frames: torch.Tensor, captions: list[str], batch: int = 16) -> float:
+    """R@1 (%) of `direction` on clean source pairs: `frames` uint8 clips [N, T, H, W, 3] at the model's resolution
+    (row i shows captions[i]; normalised `batch` clips at a time), scored by the model's own pooling and cosine
+    (Source's scoring). v2t: each video against every caption; t2v: each caption against every video."""
     from workloads.metrics import retrieval_metrics
 
     text = torch.cat([model.encode_text(model.tokenize(captions[s:s + 64])) for s in range(0, len(captions), 64)])
-    videos = torch.cat([model.encode_frames(frames[s:s + batch]) for s in range(0, len(frames), batch)])
+    videos = torch.cat([model.encode_frames(model.preprocess_frames(frames[s:s + batch]))
+                        for s in range(0, len(frames), batch)])
     sim = model.similarity(text.float(), videos.float())            # [N text, N video]
     scores = sim.t() if direction == "v2t" else sim
     return float(retrieval_metrics(scores.cpu(), np.arange(len(captions)), ties="expected")["R1"])

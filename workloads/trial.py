@@ -10,6 +10,11 @@ the galleries: the clean ones are the other direction's gallery, the shifted one
 cell) and on the queries as the method scored them. A method that learns from the source domain (TITAN) is given
 encoded pairs of the dataset's train split (cached likewise) or told why there are none.
 
+Beside R@1 a trial records each query's share of R@1 (`query_R1`, in test-split order: the tables bootstrap
+intervals from it) and label-free signals for choosing hyperparameters without test labels (workloads/selection.py):
+prediction entropy, soft neighbourhood density, and with `spec.source_pairs` R@1 on clean source train pairs after
+adapting. `spec.stream_order` "shuffled" permutes the query stream by the trial's seed.
+
 A query clip missing from the render cache (its video failed to decode or perturb) is dropped from the stream and
 listed in the result: a corrupt video fails that video, not the trial. In t2v a failed gallery video also drops
 the caption that points at it.
@@ -359,8 +364,7 @@ def source_r1(spec: TrialSpec, model: VideoTextModel, ctx: TrialContext) -> tupl
     if len(clips["captions"]) < 2:
         return None, "fewer than two source videos could be decoded"
     with _autocast(spec, ctx):
-        return source_accuracy(model, spec.direction, model.preprocess_frames(clips["frames"]),
-                               clips["captions"]), ""
+        return source_accuracy(model, spec.direction, clips["frames"], clips["captions"], spec.batch_size), ""
 
 
 def batch_recall(scores, gt, batch_size: int, ties: str, gallery_groups=None) -> list[float]:

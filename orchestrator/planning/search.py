@@ -136,3 +136,15 @@ def recorded_tpe_trials(plan) -> list:
     tables, `status` and `resume` find them as they find the plan's own."""
     return [tpe_spec(stream, c) for stream in tpe_streams(plan)
             for c in read_tpe_record(tpe_record_path(plan, stream))[:plan.grid.search.budget]]
+
+
+def search_line(plan) -> str:
+    """One line for `plan` and `submit`: how many searched trials the grid runs, and how."""
+    s = plan.grid.search
+    n = searched_count(plan)
+    drawn = sum(1 for t in plan.trials if t.config and not t.config.startswith("tpe-"))
+    how = (f"{len(tpe_streams(plan))} TPE searches x {s.budget} proposals, made while the grid runs "
+           f"(objective {s.objective}; {n - drawn} counted, {len(recorded_tpe_trials(plan))} proposed so far)"
+           if s.algorithm == "tpe" else f"{s.algorithm} search, drawn when planned (search.seed {s.seed})")
+    return (f"searched: {n} trials of {len(s.methods)} methods' configurations ({how}); each configuration runs in "
+            f"every cell and seed beside the grid's own")

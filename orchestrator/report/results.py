@@ -61,19 +61,9 @@ def write_tables(entries: list[dict[str, Any]], out_dir: Path, grid, specs: list
         scenario = grid.scenarios[name]
         mine = df[df["scenario"] == name] if len(df) else df
         done = dict(mine["status"].value_counts()) if len(mine) else {}
-        md = [f"# {scenario.title}\n\n{len(mine)} trials: {done.get('ok', 0)} done, {done.get('failed', 0)} failed, "
-              f"{len(mine) - done.get('ok', 0) - done.get('failed', 0)} never run. {LEGEND}\n"]
-        stacked: dict[str, list[pd.DataFrame]] = {}
-        for t in tables:
-            md.append(f"## {t.title}\n\n{table_markdown(t)}\n")
-            stacked.setdefault(t.name, []).append(wide_frame(t))
-        for stem, parts in stacked.items():
-            path = out_dir / f"{stem}.parquet"
-            pq.write_table(pa.Table.from_pandas(pd.concat(parts, ignore_index=True), preserve_index=False), path)
-            files.append(path)
-        md_path = out_dir / f"{scenario.prefix}_tables.md"
-        md_path.write_text("\n".join(md))
-        files.append(md_path)
+        head = (f"# {scenario.title}\n\n{len(mine)} trials: {done.get('ok', 0)} done, {done.get('failed', 0)} "
+                f"failed, {len(mine) - done.get('ok', 0) - done.get('failed', 0)} never run. {LEGEND}\n")
+        files += _write_stacked(out_dir, scenario.prefix, head, tables)
     for title, prefix, tables in analysis_tables(grid, df, computed):
         files += _write_stacked(out_dir, prefix, f"# {title}\n\n{LEGEND}\n", tables)
     return files
