@@ -40,8 +40,11 @@ class TPEStream:
     """One stream's search: its OptunaSearch, its record and the proposals in flight."""
 
     def __init__(self, plan, stream: TrialSpec, ledger):
+        import optuna
         from optuna.samplers import TPESampler
         from ray.tune.search.optuna import OptunaSearch
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)   # a line per study created: one per stream
 
         self.plan, self.stream, self.search = plan, stream, plan.grid.search
         self.path = tpe_record_path(plan, stream)
@@ -57,7 +60,8 @@ class TPEStream:
         keep = [i for i, r in enumerate(rewards) if r is not None]   # failed ones: nothing to tell TPE
         space = {d.name: tune_domain(d) for d in method_domains(plan.grid, stream.method_label)}
         self.searcher = OptunaSearch(
-            space=space, metric=METRIC, mode="max",
+            space=OptunaSearch.convert_search_space(space),   # Tune's domains as Optuna's distributions
+            metric=METRIC, mode="max",
             sampler=TPESampler(seed=stable_seed("tpe", self.search.seed, stream.key) % 2**32),
             points_to_evaluate=[done[i] for i in keep] or None,
             evaluated_rewards=[rewards[i] for i in keep] or None)
