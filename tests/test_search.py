@@ -46,6 +46,7 @@ def plan_of(tmp_path, **changes):
     ({"search": {**SEARCH, "budget": 0}}, "search.budget"),
     ({"search": {**SEARCH, "objective": "accuracy"}}, "search.objective"),
     ({"runtime": {"stream_order": "random"}}, "runtime.stream_order"),
+    ({"search": {**SEARCH, "algorithm": "tpe", "source_pairs": 0}}, "source_R1 needs source pairs"),
 ])
 def test_bad_search_and_seeds_fail_in_one_line_naming_the_key(change, message):
     with pytest.raises(GridError) as err:

@@ -97,10 +97,13 @@ def searchable(method: str) -> dict[str, Option]:
 def check_search(grid) -> None:
     """Every searched method is one of the grid's (not Source: it has nothing to tune), every option one it takes,
     every value and range end within the option's rule; grid search takes lists only and at most `budget`
-    combinations."""
+    combinations; a TPE search on source_R1 needs `source_pairs` > 0 (without them no trial reports it)."""
     s = grid.search
     if s is None:
         return
+    if s.algorithm == "tpe" and s.objective == "source_R1" and not s.source_pairs:
+        raise GridError("search.objective: source_R1 needs source pairs to retrieve: set search.source_pairs (e.g. "
+                        "128) or choose another objective")
     if not s.methods:
         raise GridError("search.methods: name at least one method to search, e.g. tent: {lr: {loguniform: [1e-5, "
                         "1e-3]}}")
