@@ -3,8 +3,8 @@
     python benchmarks/calibrate_default.py [--grid orchestrator/grids/all_perturbations.yaml] [--dataset synthetic_v2]
         [--option size=160 ...] [--queries N] [--types gaussian_noise,...] [--severities 1,2,3,4,5] [--steps N]
 
-Builds the grid's plan (orchestrator/planning/plan.py: the same dataset, fine-tuning config, render keys and cache paths as
-`python -m orchestrator submit GRID` with the same MLVP_CACHE_DIR), then, in this one process:
+Builds the grid's plan (orchestrator/planning/plan.py: the same dataset, fine-tuning config, render keys and cache paths
+as `python -m orchestrator submit GRID` with the same MLVP_CACHE_DIR), then, in this one process:
   1. generates the dataset and fine-tunes the grid's CLIP4Clip checkpoint (workloads/backbones/finetune.py
      ensure_finetuned; cached, shared with `submit`);
   2. prepares event insertion's distractors as `submit` does (orchestrator/config/assets.py, the same cache file);

@@ -1,21 +1,21 @@
 """The full MLVP matrix on a simulated cluster: makespan of the overlapped hand-off against the lower bound and
 against the staged design (render everything, then run the trials), in one run.
 
-What is real: the plan of orchestrator/grids/full_mlvp.yaml (its trial list and its render sets, built from stand-in annotation
-files at the real test-split sizes, written to a temporary folder), the render-set order (`ordered_sets`), the
-render stream (orchestrator/stages/render.py `RenderStream`: Ray Data, an actor pool, each set announced as its last clip
-comes out), the `ReadyGate` (orchestrator/run/tune.py) that releases trials in plan order as their sets become ready, and
-Ray's scheduling of fractional GPUs. What is simulated: Ray runs with *logical* resources (`num_gpus=4` on a machine
-without GPUs), each render row and each trial sleeps for its cost from the cost model below, scaled down so a run
-takes minutes; checkpoints, checks and text sets count as ready (they are not part of the bound).
+What is real: the plan of orchestrator/grids/full_mlvp.yaml (its trial list and its render sets, built from stand-in
+annotation files at the real test-split sizes, written to a temporary folder), the render-set order (`ordered_sets`),
+the render stream (orchestrator/stages/render.py `RenderStream`: Ray Data, an actor pool, each set announced as its last
+clip comes out), the `ReadyGate` (orchestrator/run/tune.py) that releases trials in plan order as their sets become
+ready, and Ray's scheduling of fractional GPUs. What is simulated: Ray runs with *logical* resources (`num_gpus=4` on a
+machine without GPUs), each render row and each trial sleeps for its cost from the cost model below, scaled down so a
+run takes minutes; checkpoints, checks and text sets count as ready (they are not part of the bound).
 
 Cost model (real seconds, printed by the run): a render set is every test clip of its dataset at one cell, each clip
 `--sec-per-clip` CPU seconds for its dataset (per-dataset defaults from clip lengths: MSRVTT 10-30 s clips, ActivityNet
-minutes; benchmarks/RESULTS.md section 10 measured ~0.16 s per rendering of a 10 s clip); a trial is
-ceil(queries / runtime.batch_size) batches of `--sec-per-batch` seconds on a GPU slot, `trials per GPU` =
-1 / `--gpus-per-trial` (default the grid's runtime.gpus_per_trial). The default seconds per batch come from
-orchestrator/planning/cost_model.py (measured on an H200, RESULTS.md section 6): 0.28 s for one fp32 trial alone on a GPU;
-K trials sharing a GPU each take K / 0.92 times as long.
+minutes; docs/notes/2026-11-results-history.md §10 measured ~0.16 s per rendering of a 10 s clip); a trial is
+ceil(queries / runtime.batch_size) batches of `--sec-per-batch` seconds on a GPU slot, `trials per GPU` = 1 /
+`--gpus-per-trial` (default the grid's runtime.gpus_per_trial). The default seconds per batch come from
+orchestrator/planning/cost_model.py (measured on an H200, docs/notes/2026-11-results-history.md §6): 0.28 s for one fp32
+trial alone on a GPU; K trials sharing a GPU each take K / 0.92 times as long.
 
 Granularity, so that a 2-core machine can start the simulated cluster: a render actor stands for
 `--cpus-per-actor` CPUs (it holds that many logical CPUs and sleeps 1/that of a row's CPU cost); the actors of the
@@ -24,15 +24,15 @@ the first render row handed to Ray Data; it is printed with and without the rend
 first row's output time less its sleep), a fixed ~10-30 s on a loaded 2-core machine that the time scale does not
 shrink (on a real cluster it is seconds against hours).
 
-Trials are executed by one actor per GPU slot (fractional GPU, `cpus_per_trial` CPUs) fed from the ReadyGate; Ray
-Tune's per-trial bookkeeping (about a second per trial on a loaded 2-core machine, benchmarks/RESULTS.md section 11)
+Trials are executed by one actor per GPU slot (fractional GPU, `cpus_per_trial` CPUs) fed from the ReadyGate; Ray Tune's
+per-trial bookkeeping (about a second per trial on a loaded 2-core machine, docs/notes/2026-11-results-history.md §11)
 would dominate sleeps scaled to milliseconds, so `--executor tune` (the real `run_trials` with `GatedSearcher`) is
-offered for smaller plans (`--datasets msrvtt`). It prints how many worker processes ran trials and how busy the
-slots were: scaled down, a trial (~0.25 s) is shorter than a trial actor's start, and Ray Tune gives a pending
-trial whose own actor is still starting the actor a finished trial just freed, removing the starting one
-(ray/tune/execution/tune_controller.py `_maybe_reuse_cached_actor`). When the first trial ends before the other
-slots' actors have started, every later start is removed the same way and one actor runs all the trials
-(benchmarks/RESULTS.md section 15); a real trial runs for minutes.
+offered for smaller plans (`--datasets msrvtt`). It prints how many worker processes ran trials and how busy the slots
+were: scaled down, a trial (~0.25 s) is shorter than a trial actor's start, and Ray Tune gives a pending trial whose own
+actor is still starting the actor a finished trial just freed, removing the starting one
+(ray/tune/execution/tune_controller.py `_maybe_reuse_cached_actor`). When the first trial ends before the other slots'
+actors have started, every later start is removed the same way and one actor runs all the trials
+(docs/notes/2026-11-results-history.md §15); a real trial runs for minutes.
 
 Lower bound: max(total render CPU time / CPUs, total trial GPU time / GPU slots), printed twice: with every CPU
 rendering (the issue's formula) and with the CPUs the trial slots hold taken out (what any design that keeps the

@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda", help="the device under test; 'cpu' only smoke-tests this script")
     ap.add_argument("--cudnn-tf32", choices=("default", "off"), default="default",
                     help="'off': convolutions on CUDA in full fp32 (PyTorch's default, kept by the trials, is TF32: "
-                         "benchmarks/RESULTS.md section 6 reads the CUDA-CPU difference as its rounding)")
+                         "docs/notes/2026-11-results-history.md §6 reads the CUDA-CPU difference as its rounding)")
     ap.add_argument("--out", default=str(Path(__file__).with_name("cuda_check_results.md")))
     args = ap.parse_args(argv)
 

@@ -12,10 +12,10 @@ adaptation steps per batch) through the same `run_stream` the trials use, in fp3
 in host memory as uint8 (what the render cache holds) and are moved and normalised per batch as in a trial; the
 render-cache disk read is not part of it.
 
-Table 1: each (backbone, method, precision) alone on the GPU: trial seconds, ms per query, peak GPU memory.
-Table 2: K identical trials started together in K processes on the one GPU (Ray Tune with gpus_per_trial = 1/K):
-wall time of the slowest, aggregate queries per second, speed-up over K = 1, peak memory per trial.
-Table 3: seconds per fine-tuning step (orchestrator/planning/cost_model.py `finetune_s_per_step`), per backbone and precision.
+Table 1: each (backbone, method, precision) alone on the GPU: trial seconds, ms per query, peak GPU memory. Table 2: K
+identical trials started together in K processes on the one GPU (Ray Tune with gpus_per_trial = 1/K): wall time of the
+slowest, aggregate queries per second, speed-up over K = 1, peak memory per trial. Table 3: seconds per fine-tuning step
+(orchestrator/planning/cost_model.py `finetune_s_per_step`), per backbone and precision.
 """
 from __future__ import annotations
 

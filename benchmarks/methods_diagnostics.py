@@ -15,7 +15,7 @@ Uses workloads only, in this one process:
 `--variants all` (or a list) adds TITAN with each component switched off (the paper's Table 2) and with a 100x
 learning rate, and training-free TCR with one of its two moves only.
 `--directions t2v` runs text queries: clean, and each of `--text-types` (default char_insert, the strongest
-character-level shift here: benchmarks/RESULTS.md section 8) at severity 7, its text set rendered with
+character-level shift here: docs/notes/2026-11-results-history.md §8) at severity 7, its text set rendered with
 workloads/text_queries.py as the text stage does (character-level types need no models).
 DIR defaults to $MLVP_CACHE_DIR or ~/.cache/mlvp. One thread (run it nice'd on a shared machine).
 """

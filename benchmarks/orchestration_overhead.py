@@ -4,9 +4,9 @@ The 5,040 query-shift trials of orchestrator/grids/full_mlvp.yaml (v2t: 12 types
 character- and word-level text types + clean; 5 datasets, 7 methods, 2 backbones), planned from stand-in annotation
 files (tests/conftest.py's layouts), each a **no-op** that returns at once, or sleeps a real trial's length
 (`--trial-seconds`: 2 s is an embedded-default trial on a GPU, 18 s a 1,000-query ViT-B/32 trial on an H200, both
-measured: docs/notes/2026-11-27-gpu.md), with a result of a real trial's shape (its metrics, timings and a 1,000-entry
-k-occurrence list, as MSRVTT's gallery gives). Both sides run the same trainable body with the same resources on a
-local Ray of the same size, each in a fresh process of its own (below):
+measured: docs/notes/2026-11-results-history.md §6), with a result of a real trial's shape (its metrics, timings and a
+1,000-entry k-occurrence list, as MSRVTT's gallery gives). Both sides run the same trainable body with the same
+resources on a local Ray of the same size, each in a fresh process of its own (below):
 
 - **plain Tune**: `tune.Tuner` over the same specs as a Tune user writes it (a grid search, Tune's default scheduler
   and console), nothing recorded;
@@ -24,16 +24,16 @@ Goals: at real trial lengths (2 s and 18 s, 4 and 16 slots: `--slots`), ours <= 
 renders every line); `--trials N` runs the first N trials only (default: all, or with `--trial-seconds` enough for
 about two minutes of trials on the slots).
 
-Each side runs in a fresh interpreter of its own (`--side plain|ours`, one local Ray each), after the same warm-up
-(50 plain Tune trials: Ray started, Tune imported, workers up). In one process, ours ran in the memory plain Tune had
-just freed (its ~290 MB of Trial objects) and its RSS growth read ~3x too low (benchmarks/RESULTS.md section 15).
+Each side runs in a fresh interpreter of its own (`--side plain|ours`, one local Ray each), after the same warm-up (50
+plain Tune trials: Ray started, Tune imported, workers up). In one process, ours ran in the memory plain Tune had just
+freed (its ~290 MB of Trial objects) and its RSS growth read ~3x too low (docs/notes/2026-11-results-history.md §15).
 
     python benchmarks/orchestration_overhead.py [--trials N] [--repeat 2] [--slots 4] [--trial-seconds 2]
                                                 [--wave 1000] [--profile out.prof]
 
-`--repeat N` runs each side N times, alternated (plain, ours, plain, ...), and takes the ratio of the medians: on
-this 2-core machine one run of plain Tune took 62-78 s between runs of the same code (benchmarks/RESULTS.md
-section 15).
+`--repeat N` runs each side N times, alternated (plain, ours, plain, ...), and takes the ratio of the medians: on this
+2-core machine one run of plain Tune took 62-78 s between runs of the same code (docs/notes/2026-11-results-history.md
+§15).
 
 `--wave N` is `run_trials`' wave size (trials per `Tuner.fit`, orchestrator/run/tune.py "Waves"); `--wave 0` runs all
 trials in one Tuner, as the default (`runtime.trials_per_wave: null`) now does.
@@ -67,10 +67,10 @@ def noop_trainable(config, env):
     from ray import tune
 
     from workloads.spec import TrialSpec
-    # what a real trial's module imports (torch, ~1.5 s on a fresh actor, once): keep it. A trial that ends before
-    # Tune has handled its actor's start loses that actor (ray/tune/execution/tune_controller.py
-    # `_maybe_cache_trial_actor` caches only started actors); without this import both sides' no-op trials lost
-    # their actors again and again (87 actors against 8, plain Tune 198 s against 68: benchmarks/RESULTS.md section 15)
+    # what a real trial's module imports (torch, ~1.5 s on a fresh actor, once): keep it. A trial that ends before Tune
+    # has handled its actor's start loses that actor (ray/tune/execution/tune_controller.py `_maybe_cache_trial_actor`
+    # caches only started actors); without this import both sides' no-op trials lost their actors again and again (87
+    # actors against 8, plain Tune 198 s against 68: docs/notes/2026-11-results-history.md §15)
     from workloads.trial import TrialResult
 
     if env.get("sleep"):

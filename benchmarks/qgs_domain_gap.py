@@ -3,7 +3,7 @@ target's clean test videos with the target's own captions, and with the same vid
 phrasing (same attributes, other words). If rephrasing closes the gap, the caption vocabulary is the cause; if not,
 the visual domain gap is. Clean retrieval as the fine-tune's evaluation (workloads/backbones/finetune.py `evaluate`).
 
-    python benchmarks/qgs_domain_gap.py --results-dir results     # after orchestrator/grids/qgs_quickstart.yaml ran there
+    python benchmarks/qgs_domain_gap.py --results-dir results     # after `mlvp submit qgs_quickstart` ran there
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""How long `report` takes on the paper's whole matrix: orchestrator/grids/full_mlvp.yaml planned over stand-in annotation files
-(tests/conftest.py's layouts, so no real data is needed), every trial given a ledger-like entry with made-up metrics
-(1% failed, 1% never run), then orchestrator/report/page.py's write_report timed. Also the size of what it writes.
+"""How long `report` takes on the paper's whole matrix: orchestrator/grids/full_mlvp.yaml planned over stand-in
+annotation files (tests/conftest.py's layouts, so no real data is needed), every trial given a ledger-like entry with
+made-up metrics (1% failed, 1% never run), then orchestrator/report/page.py's write_report timed. Also the size of what
+it writes.
 
     PYTHONPATH=$PWD python benchmarks/report_bench.py
 """

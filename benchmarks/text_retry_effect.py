@@ -9,8 +9,8 @@ Source model's t2v R@1 against the clean gallery is printed side by side:
 - "stand-in retry": the retry with the retrieval model's own text encoder (what a grid without
   assets.sentence_encoder does, flagged unfaithful): it accepts only edits the retrieval model itself finds similar;
 - "independent retry": the retry with an encoder trained apart from the retrieval model (the text tower of the
-  zero-shot CLIP that orchestrator/grids/qgs_quickstart.yaml pretrains from scratch on domain C: run that grid first), the
-  situation of the authors' paraphrase-mpnet-base-v2.
+  zero-shot CLIP that orchestrator/grids/qgs_quickstart.yaml pretrains from scratch on domain C: run that grid first),
+  the situation of the authors' paraphrase-mpnet-base-v2.
 """
 from __future__ import annotations
 

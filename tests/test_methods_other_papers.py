@@ -14,7 +14,7 @@ from workloads.methods._memory import modality_gap
 from workloads.methods.deyo import deyo_select, deyo_weighted_entropy, patch_shuffle, token_shuffle
 from workloads.methods.tcr_untrained import rectify_queries
 from workloads.methods.titan import (BiasCorrectionHead, balanced_bce, counterfactual_captions, kmeans,
-                                     rematch_labels, titan_source_note)
+                                     rematch_labels)
 from workloads.metrics import uniformity
 from workloads.spec import DIRECTIONS
 
@@ -260,11 +260,19 @@ def test_titan_rematch_switch_memory_and_counterfactual_queries(streams):
     assert plain.counterfactual_count == 0
 
 
-def test_titan_source_note_for_the_plan(tmp_path):
-    assert titan_source_note("synthetic", source_dataset="pretrained").startswith(
-        "titan on synthetic: bias-correction head off (a zero-shot checkpoint")
-    assert "synthetic_b's train split is not passed" in titan_source_note("synthetic", source_dataset="synthetic_b")
-    # a dataset whose train split cannot be read: the note names the reason
-    note = titan_source_note("msrvtt", root=str(tmp_path / "nowhere"))
-    assert note.startswith("titan on msrvtt: bias-correction head off (no train split:")
+def test_titan_source_stage_notes_in_the_plan(tmp_path):
+    """The plan says where TITAN's bias-correction head cannot learn (orchestrator/planning/plan.py
+    `source_stage_notes`, from the registration's `source_stage`): a zero-shot model has no source train split; a
+    generated dataset always has one; a cross-dataset cell reads its source's."""
+    from orchestrator.config.grid import parse_grid
+    from orchestrator.planning.paths import Paths
+    from orchestrator.planning.plan import build_plan
 
+    grid = parse_grid({"name": "t", "datasets": {"synthetic": {}, "synthetic_b": {}}, "backbones": ["clip4clip"],
+                       "methods": ["source", "titan"], "models": {"zero_shot_pretrain": {"dataset": "synthetic_c"}},
+                       "query_shift": {"datasets": ["synthetic"]},
+                       "query_gallery_shift": {"cross_dataset": {"pairs": [["synthetic_b", "synthetic"]]},
+                                               "zero_shot": {"datasets": ["synthetic"]}}}, "t.yaml")
+    notes = build_plan(grid, Paths.make(tmp_path)).notes
+    assert notes == ["titan on synthetic: its bias-correction head is off (a zero-shot checkpoint has no source "
+                     "train split); the rest of the method runs"]

@@ -1,5 +1,5 @@
-"""The end of a submission's tables and report, written by a spawned child process (orchestrator/report/outputs.py): the same
-files and counts as in the driver's own process, an error inside the child raised in the driver, and a child that
+"""The end of a submission's tables and report, written by a spawned child process (orchestrator/report/outputs.py): the
+same files and counts as in the driver's own process, an error inside the child raised in the driver, and a child that
 dies reported as an error (the ledger untouched). Real processes, a real ledger; no Ray."""
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""`plan` and `submit --dry-run` size orchestrator/grids/full_mlvp.yaml before the data is on disk (issue #14 item 4): trials by
-scenario, render sets, checkpoints and gallery encodings, clip counts unknown and the missing paths listed with the
-variable or key to set; with annotations, the clip counts and a GPU-hours estimate from orchestrator/planning/cost_model.py.
-Nothing starts: no Ray, no ledger, no MLflow store. The expected counts come from the registries and conftest's
-stand-in annotations, not from literals."""
+"""`plan` and `submit --dry-run` size orchestrator/grids/full_mlvp.yaml before the data is on disk (issue #14 item 4):
+trials by scenario, render sets, checkpoints and gallery encodings, clip counts unknown and the missing paths listed
+with the variable or key to set; with annotations, the clip counts and a GPU-hours estimate from
+orchestrator/planning/cost_model.py. Nothing starts: no Ray, no ledger, no MLflow store. The expected counts come from
+the registries and conftest's stand-in annotations, not from literals."""
 from __future__ import annotations
 
 import math
@@ -153,7 +153,8 @@ def test_sized_with_annotations_only_and_estimate(tmp_path, monkeypatch):
     assert rt.gpus_per_trial == 1 and {t.precision for t in plan.trials} == {"fp32"}   # one fp32 trial per GPU
     trial_h = sum(math.ceil(N_TEST[t.dataset] / rt.batch_size) * 2.0 for t in plan.trials) / 3600
     assert est.trial_gpu_h == pytest.approx(trial_h) and est.trial_gpu_h > 0
-    # packed trials share the GPU's throughput (RESULTS.md section 6): four per GPU cost more GPU time, not a quarter
+    # packed trials share the GPU's throughput (docs/notes/2026-11-results-history.md §6): four per GPU cost more GPU
+    # time, not a quarter
     packed = estimate(plan, all_work(plan), CostModel(trial_s_per_batch=2.0, trials_per_gpu=4, packed_throughput=0.8))
     assert packed.trial_gpu_h == pytest.approx(trial_h / 0.8)
     bf16_plan = replace(plan, trials=[replace(t, precision="bf16") for t in plan.trials])

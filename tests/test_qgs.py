@@ -1,6 +1,6 @@
 """Query-gallery shift: cross-dataset and zero-shot scenarios (orchestrator/config/scenarios), the identity-initialised
-X-Pool head of zero-shot X-Pool, the tables in the layout of the paper's Tables 4-5, and a submission end to end through Ray
-Tune, MLflow and Parquet on the embedded default."""
+X-Pool head of zero-shot X-Pool, the tables in the layout of the paper's Tables 4-5, and a submission end to end through
+Ray Tune, MLflow and Parquet on the embedded default."""
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest

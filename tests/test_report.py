@@ -1,5 +1,5 @@
-"""The report (orchestrator/report/page.py) of a tiny grid run through the real stack: tables in the paper's layout from the
-ledger, missing and failed cells never shown as numbers, plots, and the MLflow parent / child runs it feeds."""
+"""The report (orchestrator/report/page.py) of a tiny grid run through the real stack: tables in the paper's layout from
+the ledger, missing and failed cells never shown as numbers, plots, and the MLflow parent / child runs it feeds."""
 import math
 import shutil
 

@@ -1,6 +1,6 @@
 """Live progress in the Ray dashboard: while a submission runs, its dashboard's REST API lists the trials' workers
-under the trials' cell names (orchestrator/run/tune.py titles each worker process `ray::trial <run name>`; the dashboard's
-node page lists workers by that command line)."""
+under the trials' cell names (orchestrator/run/tune.py titles each worker process `ray::trial <run name>`; the
+dashboard's node page lists workers by that command line)."""
 import json
 import os
 import re

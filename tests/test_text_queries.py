@@ -171,8 +171,8 @@ def test_perturbed_t2v_end_to_end_through_ray_tune_mlflow_and_parquet(tmp_path, 
     assert by_cell.loc[("char_swap", "source"), "faithful_renders"] == 1.0
     assert by_cell.loc[("word_swap", "source"), "faithful_renders"] == 0.0
     assert "stand-in" in by_cell.loc[("word_swap", "source"), "fallbacks"]
-    # the queries really are the perturbed captions: the source model scores them differently from the clean ones
-    # (the micro model is near chance, so R@1 itself says little; the synthetic-default check is in RESULTS.md)
+    # the queries really are the perturbed captions: the source model scores them differently from the clean ones (the
+    # micro model is near chance, so R@1 itself says little; the synthetic-default check is in benchmarks/RESULTS.md)
     import numpy as np
 
     scores = results / "text_e2e" / "scores"

@@ -116,9 +116,9 @@ def test_tracker_process_logs_as_the_tracker_does_and_survives_ctrl_c(tmp_path):
 
 
 def test_a_job_runs_in_its_turn_and_the_caller_does_not_wait(tmp_path):
-    """`later` (submit's parent run and first sync, orchestrator/run/submit.py `open_store`): the job runs on the writer's
-    thread while the caller goes on; trials queued after it are logged after it, under the parent run it started (a
-    callable parent, read on that thread). A job that fails is reported once through its `on_error`, and what
+    """`later` (submit's parent run and first sync, orchestrator/run/submit.py `open_store`): the job runs on the
+    writer's thread while the caller goes on; trials queued after it are logged after it, under the parent run it
+    started (a callable parent, read on that thread). A job that fails is reported once through its `on_error`, and what
     follows is dropped (the ledger has it)."""
     import threading
 

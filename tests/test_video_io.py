@@ -145,3 +145,25 @@ def test_avi_with_b_frames_is_read_sequentially(tmp_path):
     # why: decord's seeking get_batch returns other frames on this file
     sparse = decord.VideoReader(str(path), num_threads=1).get_batch(idx.tolist()).asnumpy()
     assert not np.array_equal(sparse, full[idx])
+
+
+@pytest.mark.parametrize("kind", ["mp4", "avi", "w48"])
+def test_iter_video_streams_read_videos_frames_and_sparse_reads_never_hold_the_clip(tmp_path, kind):
+    """iter_video yields read_video's frames one at a time (H.264 streams a clip through it), and read_video_frames
+    keeps only the picked frames: seeking in H.264 mp4s (also the 48 px wide one decord cannot open), straight
+    through in AVIs."""
+    from workloads.video_io import SparseVideo, iter_video, read_video_frames
+
+    if kind == "w48":
+        path = tmp_path / "w48.mp4"
+        write_mp4(path, moving_square(n=30, h=32, w=48))
+    else:
+        path = encode(tmp_path / f"clip.{kind}", textured(40, 48, 64),
+                      **({"fmt": "avi", "codec": "mpeg4"} if kind == "avi" else {"params": "keyint=10:bframes=2"}))
+    full = read_video(path)
+    streamed = list(iter_video(path))
+    assert len(streamed) == len(full) and all(np.array_equal(a, b) for a, b in zip(streamed, full))
+    pick = [0, 5, len(full) - 1]
+    video = read_video_frames(path, lambda n: pick, stream=True)
+    assert isinstance(video, SparseVideo) and video.indices == pick and np.array_equal(video[pick], full[pick])
+    assert all(np.array_equal(a, b) for a, b in zip(video.iter_frames(), full))

@@ -281,7 +281,7 @@ def test_frame_filter_matches_cv2_filter2d(shape):
         ref = np.stack([cv2.filter2D(f, -1, k) for f, k in zip(frames, ks)])
         diff = np.abs(got.astype(int) - ref)
         assert diff.max() <= 1 and (diff > 0).mean() < 1e-3, (shape, ks[0].shape)
-    assert paths == {"cv2", "banded", "fft"}
+    assert paths == {"cv2", "banded"}  # lines of 13 px and more: banded; small kernels and disks: cv2 itself
 
 
 @pytest.mark.parametrize("name", ["motion_blur", "video_defocus"])

@@ -1,5 +1,5 @@
-"""`run_trials` in waves (orchestrator/run/tune.py "Waves"): with real Ray Tune, several `Tuner.fit` one after another on
-one `ReadyGate`, each handing out at most `wave` trials; every trial runs once, and a closed gate stops the loop."""
+"""`run_trials` in waves (orchestrator/run/tune.py "Waves"): with real Ray Tune, several `Tuner.fit` one after another
+on one `ReadyGate`, each handing out at most `wave` trials; every trial runs once, and a closed gate stops the loop."""
 import json
 import os
 import threading
@@ -73,9 +73,9 @@ def test_waves_run_every_trial_once_and_stop_on_a_closed_gate(tmp_path):
 
 def test_tune_keeps_as_many_of_our_trials_pending_as_of_its_own_grid(monkeypatch):
     """Tune allows a custom search algorithm one pending trial (its trial starts serialised: half plain Tune's rate,
-    benchmarks/RESULTS.md section 15); inside `run_trials`' context it allows ours what it allows its grid search, and
-    saves its experiment state only at the start and end; values the user set stay theirs. Asked of Tune's own
-    functions, on our real searcher."""
+    docs/notes/2026-11-results-history.md §15); inside `run_trials`' context it allows ours what it allows its grid
+    search, and saves its experiment state only at the start and end; values the user set stay theirs. Asked of Tune's
+    own functions, on our real searcher."""
     from ray.tune.execution.tune_controller import _get_max_pending_trials
     from ray.tune.search import SearchGenerator
 
@@ -208,9 +208,10 @@ print(json.dumps({"seen": sorted(seen), "mlflow": "mlflow" in sys.modules}))
 
 
 def test_the_driver_running_trials_does_not_import_mlflow(tmp_path):
-    """MLflow belongs to the tracking process (orchestrator/record/mlflow_store.py TrackerProcess), not to the driver running
-    Ray Tune: Tune imports it (~40 MB) to count the callbacks a user passes, so `run_trials` passes none and records
-    through its scheduler (RecordingScheduler). Checked in a fresh interpreter, where nothing else imported it."""
+    """MLflow belongs to the tracking process (orchestrator/record/mlflow_store.py TrackerProcess), not to the driver
+    running Ray Tune: Tune imports it (~40 MB) to count the callbacks a user passes, so `run_trials` passes none and
+    records through its scheduler (RecordingScheduler). Checked in a fresh interpreter, where nothing else imported
+    it."""
     import subprocess
     import sys
     from pathlib import Path

@@ -38,8 +38,8 @@ def test_a_folder_without_weights_is_a_one_line_grid_error(mlvp_env, monkeypatch
     empty = mlvp_env / "not-weights"
     empty.mkdir()
     monkeypatch.setenv("MLVP_WEIGHTS", str(empty))
-    with pytest.raises(GridError, match=r"^orchestrator/grids/qgs_zero_shot.yaml: models.pretrained: .*not-weights: not a weights "
-                                        r"folder; expected config.json \+ model.safetensors") as err:
+    with pytest.raises(GridError, match=r"^orchestrator/grids/qgs_zero_shot.yaml: models.pretrained: .*not-weights: "
+                                        r"not a weights folder; expected config.json \+ model.safetensors") as err:
         load_grid("orchestrator/grids/qgs_zero_shot.yaml")
     assert "\n" not in str(err.value)
     no_config = mlvp_env / "no-config"

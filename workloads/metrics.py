@@ -202,7 +202,7 @@ def hubness(scores, k: int = 10) -> dict[str, float]:
     skewness, truncated-normal skewness, Atkinson index (eps 0.5), Robin Hood index, antihub occurrence (share of
     gallery items never in a top-k), hub occurrence (share of top-k slots taken by items with N_k >= 2k); plus the
     largest k-occurrence and the antihub count, more telling than skewness alone on small galleries
-    (benchmarks/RESULTS.md, section 2)."""
+    (docs/notes/2026-11-results-history.md §2)."""
     s = _as_numpy(scores)
     n_query = s.shape[0]
     nk = _k_occurrence(s, k).astype(np.float64)

@@ -12,6 +12,17 @@ Protocols (as the HAT-VTR code runs them): one query per test video and one capt
 ~41, 670 queries; LSMDC: 999 clips, one skipped); the printed percentages are consistent with these query counts
 (`N_QUERIES`; checked in tests). Lookup: `clean_results(dataset=..., direction=..., backbone=..., setting=...,
 source=...)`, `clean_r1(...)`.
+
+In-domain (a model fine-tuned and tested on the same dataset): `IN_DOMAIN` holds what the CLIP4Clip (mean pooling,
+"meanP") and X-Pool papers publish for ViT-B/32, each row with the protocol it was measured under (`queries`: test
+queries; `gallery`: items each query ranks) and its source. No internet was at hand when this was written: every
+number comes from a quotation of the paper's table found with the project's search tool (named in `table`), and a
+number no source quoted is absent, never guessed. `in_domain_result(backbone, dataset, direction)` is the lookup for
+the 20 in-domain cases (`IN_DOMAIN_CASES`); None where neither paper publishes a number. Covered (12): CLIP4Clip t2v on
+MSRVTT, MSVD, ActivityNet (R@1, R@5; its table gives R@50, not R@10) and DiDeMo, v2t on MSRVTT, MSVD and DiDeMo;
+X-Pool t2v on MSRVTT, MSVD and LSMDC, v2t on MSRVTT and MSVD. Absent (8): CLIP4Clip's mean-pooling LSMDC row (the
+quotations found give its seqTransf row, 22.6, another model) and its ActivityNet v2t; X-Pool's LSMDC v2t; X-Pool on
+ActivityNet and DiDeMo (not in the X-Pool paper).
 """
 from __future__ import annotations
 
@@ -36,6 +47,9 @@ class CleanResult:
     source: str | None = None   # the fine-tuning dataset (cross-dataset and in-domain)
     table: str = ""         # where the number is printed
     note: str = ""
+    queries: int | None = None   # the protocol's test queries (None: N_QUERIES of the dataset, the authors')
+    gallery: int | None = None   # items each query ranks (None: as many as the queries, one caption per video)
+    train_split: str = ""   # MSRVTT: the fine-tuning split ("9k" or "7k")
 
 
 def _cross(table, source, target, backbone, v2t, t2v, note=""):
@@ -127,6 +141,81 @@ def clean_r1(dataset: str, direction: str, backbone: str, setting: str, source: 
                          f"{sorted(values)} ({', '.join(r.note or r.table for r in rows)}); pick one from "
                          "clean_results()")
     return values.pop() if values else None
+
+
+# ---------------------------------------------------------------------------------------------- in-domain, published
+CLIP4CLIP = "CLIP4Clip (Luo et al., Neurocomputing 2022), meanP, ViT-B/32"
+XPOOL = "X-Pool (Gorti et al., CVPR 2022), ViT-B/32"
+# where each quotation was found (module docstring): papers that reprint the original tables
+_CMA = "Cross-Modal Adapter (Jiang et al., arXiv 2211.09623)"
+_GARE = "GARE (Xiao et al., 'Rebalancing Contrastive Alignment with Bottlenecked Semantic Increments')"
+_PWC = "Papers with Code, X-Pool results (LSMDC text-to-video)"
+MSVD_ALL = {"queries": XPOOL_MSVD_ALL_CAPTIONS}        # t2v: every test caption a query, 670 videos
+MSVD_ALL_V2T = {"queries": 670, "gallery": XPOOL_MSVD_ALL_CAPTIONS}  # v2t: each video ranks every test caption
+DIDEMO_TEST = 1004  # CLIP4Clip's DiDeMo test split: 1,004 videos, each with its descriptions joined (a paragraph)
+
+
+def _in(backbone, dataset, direction, r1, r5, r10, table, note="", train_split="", **protocol):
+    return CleanResult(dataset, direction, backbone, "in_domain", r1, r5, r10, source=dataset, table=table,
+                       note=note, train_split=train_split, **protocol)
+
+
+IN_DOMAIN: tuple[CleanResult, ...] = (
+    # CLIP4Clip, mean pooling (the HAT-VTR "CLIP4Clip" pools the same way; its training is X-Pool's, not ArrowLuo's)
+    _in("clip4clip", "msrvtt", "t2v", 43.1, 70.4, 80.8, f"{CLIP4CLIP}; quoted in {_CMA} Table 4 ('Freeze none')",
+        train_split="9k"),
+    _in("clip4clip", "msrvtt", "v2t", 43.1, 70.5, 81.2, f"{CLIP4CLIP}; quoted in {_CMA} Table 4 ('Freeze none')",
+        train_split="9k"),
+    _in("clip4clip", "msvd", "t2v", 46.2, 76.1, 84.6, f"{CLIP4CLIP}; quoted in {_CMA} Table 1",
+        "MSVD protocol captions: all", **MSVD_ALL),
+    _in("clip4clip", "msvd", "v2t", 56.6, 79.7, 84.3, f"{CLIP4CLIP}; quoted in {_CMA} Table 3",
+        "MSVD protocol captions: all (a video's best-ranked caption)", **MSVD_ALL_V2T),
+    _in("clip4clip", "activitynet", "t2v", 40.5, 72.4, None, f"{CLIP4CLIP}; quoted in {_GARE} Table 2 (R@1, R@5)",
+        "video-paragraph retrieval on val1 (CLIP4Clip: 64 frames); GARE prints 83.6 as R@10 beside them, a summary "
+        "of CLIP4Clip's table gives R@50 98.1 in that column: R@10 left out"),
+    _in("clip4clip", "didemo", "t2v", 43.4, 70.2, 80.6, f"{CLIP4CLIP}; quoted in {_CMA} Table 1",
+        "video-paragraph retrieval", queries=DIDEMO_TEST),
+    _in("clip4clip", "didemo", "v2t", 42.5, 70.6, 80.2, f"{CLIP4CLIP}; quoted in {_CMA} Table 3",
+        "video-paragraph retrieval", queries=DIDEMO_TEST),
+    # X-Pool
+    _in("xpool", "msrvtt", "t2v", 46.9, 72.8, 82.2, f"{XPOOL}; quoted in {_GARE} Table 1; R@1 also in the X-Pool "
+        "README", "checkpoint trained on MSRVTT-9k", train_split="9k"),
+    _in("xpool", "msrvtt", "t2v", 43.9, None, None, "X-Pool README (layer6ai-labs/xpool)",
+        "checkpoint trained on MSRVTT-7k", train_split="7k"),
+    _in("xpool", "msrvtt", "v2t", 44.4, 73.3, 84.0, f"{XPOOL}; quoted in {_GARE} Table 1",
+        "checkpoint trained on MSRVTT-9k", train_split="9k"),
+    _in("xpool", "msvd", "t2v", 47.2, 77.4, 86.0, f"{XPOOL}; quoted in {_CMA} Table 1; R@1 also in the X-Pool "
+        "README", "MSVD protocol captions: all", **MSVD_ALL),
+    _in("xpool", "msvd", "v2t", 66.4, 90.0, 94.2, f"{XPOOL}; quoted in {_CMA} Table 3",
+        "MSVD protocol captions: all (a video's best-ranked caption)", **MSVD_ALL_V2T),
+    _in("xpool", "lsmdc", "t2v", 25.2, 43.7, 53.5, f"{XPOOL}; {_PWC}; R@1 also in the X-Pool README",
+        "X-Pool's LSMDC loader skips one clip, as the authors' (999 queries)"),
+)
+DATASETS = ("msrvtt", "msvd", "lsmdc", "activitynet", "didemo")
+IN_DOMAIN_CASES: tuple[tuple[str, str, str], ...] = tuple(
+    (b, d, direction) for b in ("clip4clip", "xpool") for d in DATASETS for direction in ("t2v", "v2t"))
+
+
+def protocol(row: CleanResult) -> tuple[int | None, int | None]:
+    """(queries, gallery) of the protocol a published row was measured under; a measured split is comparable with
+    the row only when both are equal (R@k on another query set is another number)."""
+    queries = row.queries if row.queries is not None else N_QUERIES.get(row.dataset)
+    return queries, row.gallery if row.gallery is not None else queries
+
+
+def in_domain_result(backbone: str, dataset: str, direction: str, train_split: str | None = None
+                     ) -> CleanResult | None:
+    """The published clean in-domain result of `backbone` fine-tuned and tested on `dataset` in `direction` (ViT-B/32),
+    or None where neither paper publishes one. MSRVTT: the row of `train_split` ("9k" when None: the authors' and
+    the loader's default)."""
+    if direction not in ("v2t", "t2v"):
+        raise ValueError(f"direction must be 'v2t' or 't2v', got {direction!r}")
+    split = train_split or ("9k" if dataset == "msrvtt" else "")
+    rows = [r for r in IN_DOMAIN if (r.backbone, r.dataset, r.direction) == (backbone, dataset, direction)
+            and (not r.train_split or r.train_split == split)]
+    if len(rows) > 1:
+        raise ValueError(f"several in-domain rows for {backbone}/{dataset}/{direction}/{split}: {rows}")
+    return rows[0] if rows else None
 
 
 # In-domain MSRVTT-1kA v2t: no clean number is printed, but Appendix E.4 says H.264 compression at severities 1 and 2

@@ -7,8 +7,10 @@ re-rendered. A clip that fails to render leaves `<...>.failed.json` (path and er
 on the next submission, successes never are.
 
 `render_video` is the pure per-video worker: decode once (only the frames the requested types read: read_for in
-workloads/perturbations/video/__init__.py), render every requested (perturbation, severity) from that one decode,
-resize/centre-crop, write. The orchestrator fans it out over Ray Data actors.
+workloads/perturbations/video/__init__.py; H.264 streams the file instead), render every requested (perturbation,
+severity) from that one decode, resize/centre-crop and write each rendering as it comes (iter_render), so a render
+holds one type's working set and one rendering at native resolution, whatever the clip's length
+(workloads/render_memory.py gives the peak per type). The orchestrator fans it out over Ray Data actors.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from workloads import RENDER_VERSION
 from workloads.atomic import atomic_path, atomic_write_text
 from workloads.seeding import digest, stable_seed
 from workloads.spec import CLEAN
-from workloads.video_io import read_video, resize_center_crop
+from workloads.video_io import resize_center_crop
 
 
 class CacheMiss(KeyError):
@@ -144,13 +146,25 @@ class RenderCache:
 
 def render_video(video_path: str, keys: list[RenderKey], cache: RenderCache,
                  assets: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Render every key of one source video from a single decode, sharing per-video work (uniform sample, optical
-    flow, ...) across perturbations and severities. Never raises for a bad video or a failing perturbation: each
-    key gets a status record {digest, status: ok|failed, error, faithful, fallback, seconds}."""
+    """Render every key of one source video from a single decode (per frame count), sharing per-video work (uniform
+    sample, optical flow, ...) across perturbations and severities, each rendering written as soon as it is made.
+    Never raises for a bad video or a failing perturbation: each key gets a status record {digest, status:
+    ok|failed, error, faithful, fallback, seconds}."""
+    out: list[dict[str, Any]] = []
+    groups: dict[int, list[RenderKey]] = {}
+    for key in keys:  # keys of one video normally share the grid's frame count
+        groups.setdefault(key.num_frames, []).append(key)
+    for group in groups.values():
+        out += _render_group(video_path, group, cache, dict(assets or {}))
+    by_digest = {o["digest"]: o for o in out}
+    return [by_digest[k.digest] for k in keys]
+
+
+def _render_group(video_path: str, keys: list[RenderKey], cache: RenderCache,
+                  assets: dict[str, Any]) -> list[dict[str, Any]]:
     from workloads.perturbations import video as vp
     from workloads.video_io import uniform_indices, video_fps
 
-    assets = dict(assets or {})
     out: list[dict[str, Any]] = []
 
     def failed(key: RenderKey, msg: str, detail: str, t0: float) -> None:
@@ -159,47 +173,43 @@ def render_video(video_path: str, keys: list[RenderKey], cache: RenderCache,
                     "seconds": time.perf_counter() - t0})
 
     t0 = time.perf_counter()
+    num_frames = keys[0].num_frames
     clean = [k for k in keys if k.perturbation == CLEAN]
     perturbed = [k for k in keys if k.perturbation != CLEAN]
-    try:
-        if len({k.num_frames for k in keys}) == 1:  # decode only the frames the requested types read
-            video = vp.read_for(video_path, [(k.perturbation, k.severity, k.perturbation_seed) for k in perturbed],
-                                num_frames=keys[0].num_frames)
-        else:
-            video = read_video(video_path)
+    requests = [(k.perturbation, k.severity, k.perturbation_seed) for k in perturbed]
+    try:  # decode only the frames the requested types read
+        video = vp.read_for(video_path, requests, num_frames=num_frames, sample=bool(clean))
     except Exception as err:  # a corrupt video fails its keys, not the grid
         for key in keys:
             failed(key, f"{type(err).__name__}: {err}", "", t0)
         return out
-    if "fps" not in assets and isinstance(video, np.ndarray):  # h264_compression re-encodes at the source rate
-        try:
+    if "fps" not in assets and any(vp.get(k.perturbation).streams for k in perturbed):
+        try:  # h264_compression re-encodes at the source rate
             assets["fps"] = video_fps(video_path)
         except Exception:
             pass  # the perturbation falls back to its default and says so in its meta
     decode_s = time.perf_counter() - t0
     for key in clean:
         t1 = time.perf_counter()
-        cache.write(key, resize_center_crop(video[uniform_indices(len(video), key.num_frames)], key.resolution),
+        cache.write(key, resize_center_crop(video[uniform_indices(len(video), num_frames)], key.resolution),
                     {"faithful": True})
         out.append({"digest": key.digest, "status": "ok", "error": None, "faithful": True, "fallback": None,
                     "seconds": time.perf_counter() - t1 + decode_s / len(keys)})
-    if perturbed:
-        t1 = time.perf_counter()
-        # one ClipContext for all requests of this video (the frame count is shared: keys of one video agree)
-        renders = vp.render_many(video, [(k.perturbation, k.severity, k.perturbation_seed) for k in perturbed],
-                                 num_frames=perturbed[0].num_frames, errors="return",
-                                 clip_seed=perturbed[0].clip_seed, **assets)
-        per_key = (time.perf_counter() - t1) / len(perturbed) + decode_s / len(keys)
-        for key, r in zip(perturbed, renders):
-            if r.error is not None:
-                failed(key, r.error, "", t1)
-                continue
+    # one ClipContext for all requests of this video; each rendering is resized and written as it comes
+    renders = vp.iter_render(video, requests, num_frames=num_frames, errors="return",
+                             clip_seed=perturbed[0].clip_seed if perturbed else None, **assets)
+    t1 = time.perf_counter()
+    for key, r in zip(perturbed, renders):
+        seconds = time.perf_counter() - t1 + decode_s / len(keys)
+        if r.error is not None:
+            failed(key, r.error, "", t1)
+        else:
             try:
                 cache.write(key, resize_center_crop(r.frames, key.resolution), r.meta)
+                out.append({"digest": key.digest, "status": "ok", "error": None, "faithful": bool(r.meta["faithful"]),
+                            "fallback": r.meta.get("fallback"), "seconds": seconds})
             except Exception as err:
                 failed(key, f"{type(err).__name__}: {err}", "\n" + traceback.format_exc(limit=5), t1)
-                continue
-            out.append({"digest": key.digest, "status": "ok", "error": None, "faithful": bool(r.meta["faithful"]),
-                        "fallback": r.meta.get("fallback"), "seconds": per_key})
-    by_digest = {o["digest"]: o for o in out}
-    return [by_digest[k.digest] for k in keys]
+        del r
+        t1 = time.perf_counter()
+    return out

@@ -32,7 +32,7 @@ _ADDED_FIELDS = {"mix": "", "config": "", "stream_order": "", "source_pairs": 0}
 class TrialSpec:
     dataset: str                 # target dataset (queries and gallery)
     direction: str               # "v2t" (video queries) or "t2v" (text queries)
-    scenario: str                # a registered scenario (orchestrator/config/scenarios): query_shift, cross_dataset, ...
+    scenario: str                # a registered scenario (orchestrator/config/scenarios/): query_shift, ...
     perturbation: str            # "clean" or a perturbation name of the query modality
     severity: int                # 0 for clean
     method: str                  # a registered method

@@ -59,6 +59,10 @@ class TrialContext:
     clip_only: bool = False                 # take only the CLIP weights (zero-shot: the head starts at its init)
     dataset_root: str | None = None
     dataset_options: dict[str, Any] = field(default_factory=dict)
+    # the checkpoint's source dataset (cross-dataset cells): where a method learning from the source's train split
+    # (TITAN) finds it; None where the source is the target itself or not on this machine
+    source_root: str | None = None
+    source_options: dict[str, Any] = field(default_factory=dict)
     gallery_cache: str | None = None        # where encoded galleries are kept (None: not cached)
     scores_dir: str | None = None           # save the final score matrix (fp16 .npy) here when given
     device: str = "cpu"
@@ -74,7 +78,7 @@ def _base_model(backbone: str, clip_model: str, checkpoint: str | None, clip_onl
 def load_model(spec: TrialSpec, ctx: TrialContext) -> VideoTextModel:
     """A fresh copy of the process's base model: weights and buffers copied, the tokenizer shared. Adaptation
     never touches the tokenizer, and copying open_clip's (its BPE tables, ~10^6 dict entries) was most of the
-    copy: 0.15 s of every trial against 0.01 s (benchmarks/RESULTS.md §15)."""
+    copy: 0.15 s of every trial against 0.01 s (docs/notes/2026-11-results-history.md §15)."""
     base = _base_model(spec.backbone, spec.clip_model, ctx.checkpoint, ctx.clip_only)
     return copy.deepcopy(base, {id(base.tokenizer): base.tokenizer}).to(ctx.device).eval()
 
@@ -280,15 +284,19 @@ def source_split_rows(train: Split, n: int) -> list[int]:
 @torch.no_grad()
 def encode_source(spec: TrialSpec, model: VideoTextModel, ctx: TrialContext, n_pairs: int
                   ) -> tuple[SourceFeatures | None, str]:
-    """Up to `n_pairs` encoded pairs of the checkpoint's source train split (the dataset's own, for query shift),
-    each video decoded at the trial's frames and resolution: (features, "") or (None, why there are none). Cached
-    in the gallery cache by content (model, the chosen pairs' ids and captions)."""
-    if spec.source_dataset == "pretrained":
+    """Up to `n_pairs` encoded pairs of the checkpoint's source train split (the dataset's own for query shift, the
+    source dataset's for cross-dataset cells: `ctx.source_root`), each video decoded at the trial's frames and
+    resolution: (features, "") or (None, why there are none). Cached in the gallery cache by content (model, the
+    chosen pairs' ids and captions)."""
+    source = spec.source_dataset or spec.dataset
+    if source == "pretrained":
         return None, "a zero-shot checkpoint has no source train split"
-    if spec.source_dataset not in ("", spec.dataset):
-        return None, f"the source {spec.source_dataset}'s train split is not passed to trials on {spec.dataset}"
+    own = source == spec.dataset
+    root, options = (ctx.dataset_root, ctx.dataset_options) if own else (ctx.source_root, ctx.source_options)
+    if not own and root is None and not options:
+        return None, f"the source {source}'s location is not given to trials on {spec.dataset}"
     try:
-        train = create_dataset(spec.dataset, root=ctx.dataset_root, **ctx.dataset_options).train_split()
+        train = create_dataset(source, root=root, **options).train_split()
     except (DatasetError, OSError) as err:
         return None, f"no train split: {str(err).splitlines()[0]}"
     rows = source_split_rows(train, n_pairs)
@@ -321,7 +329,7 @@ def encode_source(spec: TrialSpec, model: VideoTextModel, ctx: TrialContext, n_p
         return {"text": unit_embeddings(text), "video": unit_embeddings(torch.cat(video_feats))}
 
     skey = digest({**_model_key(spec), "source": picked.fingerprint})
-    feats = _cached_features(ctx, f"{spec.dataset}-{spec.backbone}-source-{skey}.pt", encode)
+    feats = _cached_features(ctx, f"{source}-{spec.backbone}-source-{skey}.pt", encode)
     if feats["text"].dim() != 2 or len(feats["text"]) == 0:
         return None, "no video of the train split could be decoded"
     return SourceFeatures(feats["text"].to(ctx.device), feats["video"].to(ctx.device)), ""

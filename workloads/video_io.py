@@ -21,6 +21,7 @@ lists that drop frames (read_frames' seeking path refuses the latter and decodes
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 from pathlib import Path
 
@@ -72,16 +73,7 @@ def _reader(path: str | os.PathLike, width: int = -1, height: int = -1):
 
 
 def _read_pyav(path: str | os.PathLike) -> np.ndarray:
-    import av
-
-    try:
-        with av.open(str(path)) as container:
-            frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
-    except Exception as err:
-        raise VideoDecodeError(path, f"{type(err).__name__}: {err}") from err
-    if not frames:
-        raise VideoDecodeError(path, "no frames")
-    return np.stack(frames)
+    return np.stack(list(_iter_pyav(path)))
 
 
 def _decord_all(path: str | os.PathLike) -> np.ndarray:
@@ -136,24 +128,88 @@ def read_frames(path: str | os.PathLike, num_frames: int = 12) -> np.ndarray:
     return video[uniform_indices(len(video), num_frames)]
 
 
-def _read_frames_sequential(path: str | os.PathLike, num_frames: int, chunk: int = 32) -> np.ndarray:
-    """decord, straight through in chunks of consecutive frames (no seek), keeping only the uniform targets: the
-    frames and memory of one chunk at a time, the pixels of read_video's decode."""
+def _read_frames_sequential(path: str | os.PathLike, num_frames: int) -> np.ndarray:
+    """The uniform rule's frames through `_read_indices_sequential` (stacked in the rule's order)."""
+    n, got = _read_indices_sequential(path, lambda n: uniform_indices(n, num_frames))
+    return np.stack([got[int(i)] for i in uniform_indices(n, num_frames)])
+
+
+def _read_indices_sequential(path: str | os.PathLike, pick, chunk: int = 32) -> tuple[int, dict[int, np.ndarray]]:
+    """decord, straight through in chunks of consecutive frames (no seek) up to the last frame `pick(n)` names,
+    keeping only those: the memory of one chunk plus the kept frames, read_video's pixels. Returns (n, {index:
+    frame})."""
     vr = _reader(path)
     n = len(vr)
     if n == 0:
         raise VideoDecodeError(path, "no frames")
-    idx = uniform_indices(n, num_frames)
+    wanted = {int(i) for i in pick(n)}
     keep: dict[int, np.ndarray] = {}
-    wanted = set(idx.tolist())
-    last = int(idx.max())
+    if not wanted:
+        return n, keep
+    last = max(wanted)
     for start in range(0, last + 1, chunk):
         stop = min(n, start + chunk, last + 1)
+        # every chunk is decoded, none skipped: a skip is a seek, and decord's seeks on AVIs with B-frames return
+        # other frames (module docstring)
         frames = vr.get_batch(list(range(start, stop))).asnumpy()
         for i in range(start, stop):
             if i in wanted:
-                keep[i] = frames[i - start]
-    return np.stack([keep[i] for i in idx.tolist()])
+                keep[i] = frames[i - start].copy()  # not a view: the chunk is freed
+    return n, keep
+
+
+def iter_video(path: str | os.PathLike, chunk: int = 8):
+    """Every frame of a video in display order, uint8 [H, W, 3] RGB, the pixels `read_video` returns, one frame in
+    memory at a time: PyAV decoding straight through with one thread, converting as the seeking reader does (the
+    same pixels as decord's: module docstring); decord in chunks of `chunk` consecutive frames when PyAV cannot
+    decode the file. PyAV first because decord decoding beside a libx264 encoder in one process (H.264's stream)
+    raised the process's peak by ~800 MB at 720p (measured: 1.08 GB against 0.31 GB with PyAV as the source, for
+    one encoder over 120 frames; workloads/render_memory.py). Raises VideoDecodeError as read_video does."""
+    if not Path(path).is_file():
+        raise VideoDecodeError(path, "file not found")
+    count = 0
+    try:
+        for frame in _iter_pyav(path):
+            count += 1
+            yield frame
+        return
+    except VideoDecodeError as first:
+        if count:  # frames were already handed out: a later error cannot restart the stream
+            raise
+        reason = first.reason
+    try:
+        vr = _reader(path)
+        n = len(vr)
+        if n == 0:
+            raise VideoDecodeError(path, "no frames")
+        for start in range(0, n, chunk):
+            yield from vr.get_batch(list(range(start, min(n, start + chunk)))).asnumpy()
+    except Exception as err:
+        why = err.reason if isinstance(err, VideoDecodeError) else f"{type(err).__name__}: {err}"
+        raise VideoDecodeError(path, f"pyav: {reason}; decord: {why}") from err
+
+
+def _iter_pyav(path: str | os.PathLike):
+    import av
+    from av.video.reformatter import VideoReformatter
+
+    count = 0
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise VideoDecodeError(path, "no video stream")
+            stream = container.streams.video[0]
+            stream.codec_context.thread_count = 1
+            rgb = VideoReformatter()  # one swscale context for the stream (a frame's own is rebuilt per frame)
+            for frame in container.decode(stream):
+                count += 1
+                yield rgb.reformat(frame, format="rgb24", threads=1).to_ndarray()
+    except VideoDecodeError:
+        raise
+    except Exception as err:
+        raise VideoDecodeError(path, f"{type(err).__name__}: {err}") from err
+    if count == 0:
+        raise VideoDecodeError(path, "no frames")
 
 
 class _NotSeekable(Exception):
@@ -229,7 +285,8 @@ def _read_indices_seeking(path: str | os.PathLike, pick, stats: dict | None = No
                 raise _NotSeekable
             if stats is not None:
                 rate = stream.average_rate
-                stats.update(packets=n, sent_to_decoder=decoded, fps=float(rate) if rate else None)
+                stats.update(packets=n, sent_to_decoder=decoded, fps=float(rate) if rate else None,
+                             shape=(ctx.height, ctx.width, 3))
             return n, {index_of[t]: f for t, f in got.items()}
     except (av.FFmpegError, OSError, ValueError):
         raise _NotSeekable from None
@@ -239,16 +296,32 @@ class SparseVideo:
     """Some decoded frames of an n-frame video, indexed like the full uint8 [n, H, W, 3] array would be (an int,
     or a sequence / array of ints); asking for a frame that was not decoded raises KeyError naming it. Made by
     `read_video_frames` for renderings that need only some frames (workloads/perturbations/video/_registry.py:
-    frames_needed)."""
+    frames_needed). With `source` (the video file), `iter_frames()` streams every frame in display order from it
+    (`iter_video`), for renderings that read the whole clip once (H.264) without holding it."""
 
-    def __init__(self, n: int, frames: dict[int, np.ndarray]):
-        if not frames:
-            raise ValueError("a SparseVideo needs at least one frame")
-        first = next(iter(frames.values()))
+    def __init__(self, n: int, frames: dict[int, np.ndarray], source: str | os.PathLike | None = None,
+                 frame_shape: tuple[int, int, int] | None = None):
+        if not frames and (frame_shape is None or source is None):
+            raise ValueError("a SparseVideo needs at least one frame, or a source file and the frames' shape")
         self._frames = {int(i): np.ascontiguousarray(f) for i, f in frames.items()}
-        self.shape = (int(n), *first.shape)
-        self.dtype = first.dtype
+        self.shape = (int(n), *(next(iter(self._frames.values())).shape if frames else frame_shape))
+        self.dtype = np.dtype(np.uint8)
         self.ndim = 4
+        self.source = None if source is None else str(source)
+
+    def iter_frames(self):
+        """Every frame of the source file in display order (iter_video); a SparseVideo without `source` raises."""
+        if self.source is None:
+            raise ValueError("this SparseVideo has no source file to stream every frame from")
+        count = 0
+        for frame in iter_video(self.source):
+            if frame.shape != self.shape[1:]:
+                raise VideoDecodeError(self.source, f"streamed frame {count} is {frame.shape}, "
+                                                    f"expected {self.shape[1:]}")
+            count += 1
+            yield frame
+        if count != self.shape[0]:
+            raise VideoDecodeError(self.source, f"streamed {count} frames, the index counted {self.shape[0]}")
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -284,10 +357,13 @@ class SparseVideo:
         raise TypeError("a SparseVideo holds only some frames; index it (video[k], video[indices]) instead")
 
 
-def read_video_frames(path: str | os.PathLike, pick, stats: dict | None = None):
+def read_video_frames(path: str | os.PathLike, pick, stats: dict | None = None, stream: bool = False):
     """The frames `pick(n)` names (n = the video's frame count; `pick` returns indices, or None for all), as a
-    SparseVideo holding exactly the pixels `read_video` has at those indices; the whole video (read_video's array)
-    when `pick` returns None or the file is not one the seeking reader handles exactly (module docstring).
+    SparseVideo holding exactly the pixels `read_video` has at those indices: seeking where the file is one the
+    seeking reader handles exactly (module docstring), else decoded straight through keeping only those frames
+    (never the whole video in memory); the whole video (read_video's array) only when `pick` returns None.
+    `stream`: the SparseVideo also streams every frame from the file (SparseVideo.iter_frames); then `pick` may
+    name no frame at all (an H.264 render alone needs none but the stream): the SparseVideo holds none.
     `stats`, if given, receives {"sparse": bool, "fps": the stream's average frame rate when read with PyAV}."""
     info: dict = {}
     if not Path(path).is_file():
@@ -302,17 +378,26 @@ def read_video_frames(path: str | os.PathLike, pick, stats: dict | None = None):
             return []
         return chosen
 
+    got: dict[int, np.ndarray] | None = None
     try:
         n, got = _read_indices_seeking(path, pick_or_flag, info)
+        if not got and not everything and stream and info.get("shape"):  # nothing to hold: the stream alone
+            if stats is not None:
+                stats.update(sparse=True, fps=info.get("fps"))
+            return SparseVideo(n, {}, source=path, frame_shape=info["shape"])
     except _NotSeekable:
-        everything = True
+        if not everything:
+            try:  # frame 0 at least: its shape is the clip's (the stream-only case picks none)
+                n, got = _read_indices_sequential(path, lambda n: list(pick_or_flag(n)) or [0])
+            except Exception:  # decord cannot open it (rare, e.g. 48-px-wide H.264): read_video's PyAV fallback
+                everything = True  # reads the whole file, or raises naming both decoders' reasons
     if everything or not got:
         if stats is not None:
             stats.update(sparse=False, fps=None)
         return read_video(path)
     if stats is not None:
         stats.update(sparse=True, fps=info.get("fps"))
-    return SparseVideo(n, got)
+    return SparseVideo(n, got, source=path if stream else None)
 
 
 def video_fps(path: str | os.PathLike) -> float:
@@ -337,9 +422,10 @@ def resize_center_crop(frames: np.ndarray, size: int) -> np.ndarray:
     return np.ascontiguousarray(frames[:, top:top + size, left:left + size])
 
 
-def write_mp4(path: str | os.PathLike, frames: np.ndarray, fps: float = 8.0, *, crf: int | None = 18,
+def write_mp4(path: str | os.PathLike, frames, fps: float = 8.0, *, crf: int | None = 18,
               bitrate: int | None = None, preset: str = "veryfast", deterministic: bool = True) -> None:
-    """Encode uint8 RGB frames [N, H, W, 3] to an H.264 .mp4 with libx264 (PyAV). Even width/height are
+    """Encode uint8 RGB frames [N, H, W, 3] (an array, or an iterable of [H, W, 3] frames, encoded as they come: a
+    long HD clip never needs to be in memory) to an H.264 .mp4 with libx264 (PyAV). Even width/height are
     required by yuv420p. Give `bitrate` (bits/s) for constant-bitrate style encoding, else `crf`.
     Written to a temporary name first, then renamed, so a crash never leaves a half-written video.
 
@@ -349,10 +435,17 @@ def write_mp4(path: str | os.PathLike, frames: np.ndarray, fps: float = 8.0, *, 
     thread is also ~3x faster than x264's pool on small frames with 2 cores."""
     import av
 
-    frames = np.asarray(frames)
-    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
-        raise ValueError(f"expected uint8 frames [N, H, W, 3], got {frames.dtype} {frames.shape}")
-    n, h, w, _ = frames.shape
+    stream_in = iter(frames)
+    first = next(stream_in, None)
+    if first is None:
+        raise ValueError("expected uint8 frames [N, H, W, 3], got none")
+    first = np.asarray(first)
+    if isinstance(frames, np.ndarray):
+        if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+            raise ValueError(f"expected uint8 frames [N, H, W, 3], got {frames.dtype} {frames.shape}")
+    elif first.dtype != np.uint8 or first.ndim != 3 or first.shape[-1] != 3:
+        raise ValueError(f"expected uint8 frames [H, W, 3], got {first.dtype} {first.shape}")
+    h, w = first.shape[:2]
     if h % 2 or w % 2:
         raise ValueError(f"H.264 (yuv420p) needs even frame sizes, got {h}x{w}")
     with atomic_path(path, suffix=".mp4") as tmp, av.open(str(tmp), mode="w") as container:
@@ -369,8 +462,8 @@ def write_mp4(path: str | os.PathLike, frames: np.ndarray, fps: float = 8.0, *, 
         elif crf is not None:
             options["crf"] = str(crf)
         stream.options = options
-        for frame in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+        for frame in itertools.chain([first], stream_in):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(np.asarray(frame), format="rgb24")):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)

@@ -38,7 +38,8 @@ def check_choice(where: str, value: Any, allowed: list) -> None:
 @dataclass(frozen=True)
 class MissingPath:
     """A path the grid names that is not on disk (or an unset variable in it), collected instead of raised when the
-    grid is loaded to be sized before the data is there (`load_grid(..., missing=[])`, orchestrator/planning/plan.py)."""
+    grid is loaded to be sized before the data is there (`load_grid(..., missing=[])`, orchestrator/planning/plan.py).
+    """
 
     key: str      # the grid key, e.g. datasets.msrvtt.root
     path: str     # as written after expansion (an unset ${VAR} is kept)

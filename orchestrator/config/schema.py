@@ -138,13 +138,13 @@ class RuntimeSpec:
     hub_k: int = opt(10, min=1)              # at most the gallery size (checked by the plan)
     cpus_per_trial: float = opt(1.0, above=0)   # CPUs each trial asks Ray for (its torch threads)
     # GPUs each trial asks for, at most 1 (a trial computes on one device); fractions share a GPU and its
-    # throughput (benchmarks/RESULTS.md, GPU)
+    # throughput (docs/cluster.md)
     gpus_per_trial: float = opt(0.0, min=0, max=1)
     max_failures: int = opt(1, min=0)        # Tune retries of a trial that crashed its worker
     max_concurrent_trials: int | None = opt(None, min=1)   # None: as many as the cluster's resources allow
     # trials per Ray Tune experiment (orchestrator/run/tune.py "Waves"; None: all in one, the default)
     trials_per_wave: int | None = opt(TRIALS_PER_WAVE, min=1)
-    render_actors: int | None = opt(None, min=1)   # Ray Data actor pool size (None: one per CPU)
+    render_actors: int | None = opt(None, min=1)   # render tasks at once (Ray Data; None: the CPUs the trials leave)
     save_scores: bool = True                 # keep each trial's score matrix (fp16) for re-analysis
     # the order of the query stream: the authors' (annotation order) or shuffled by each trial's seed
     stream_order: str = opt("authors", choices=("authors", "shuffled"))

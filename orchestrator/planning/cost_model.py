@@ -4,9 +4,9 @@
 The units are the plan's own (orchestrator/planning/plan.py):
 - a **render set** is one (dataset, perturbation, severity): every test clip of the dataset rendered once on a CPU;
 - a **trial** streams its dataset's queries in batches of `runtime.batch_size` through adaptation and scoring on its
-  GPU slot (`runtime.gpus_per_trial` of a GPU, so `trials_per_gpu` = 1 / gpus_per_trial share one GPU). Packed
-  trials share the GPU's throughput, they do not multiply it: K trials on one GPU each take K / `packed_throughput`
-  times as long as one alone (benchmarks/RESULTS.md section 6: 0.91-0.93x the throughput of one trial at K = 2, 4, 8);
+  GPU slot (`runtime.gpus_per_trial` of a GPU, so `trials_per_gpu` = 1 / gpus_per_trial share one GPU). Packed trials
+  share the GPU's throughput, they do not multiply it: K trials on one GPU each take K / `packed_throughput` times as
+  long as one alone (docs/notes/2026-11-results-history.md §6: 0.91-0.93x the throughput of one trial at K = 2, 4, 8);
 - a **gallery encoding** is one unadapted pass over the gallery, done once per (model, dataset, direction) and cached
   (workloads/trial.py `encode_gallery`);
 - a **checkpoint** is fine-tuned once (`models.finetune.steps` steps) unless given.
@@ -15,14 +15,14 @@ GPU-hours count GPU time, not slot time: a trial on a quarter of a GPU for an ho
 
 Default figures and where they come from (replace them with measurements of the target cluster; every field is a
 plain number):
-- `render_s_per_clip` 0.24 CPU s: benchmarks/RESULTS.md section 10, the 60 renderings of a 30 s clip took 14.33 s of
-  one core (H.264 79% of it); shorter clips cost less, ActivityNet's minutes-long ones more.
-- `text_s_per_caption` 0.002 CPU s: character/word-level text perturbation of one caption (RESULTS.md section 8 is
-  well below this; sentence-level types with their models cost more).
+- `render_s_per_clip` 0.24 CPU s: docs/notes/2026-11-results-history.md §10, the 60 renderings of a 30 s clip took
+  14.33 s of one core (H.264 79% of it); shorter clips cost less, ActivityNet's minutes-long ones more.
+- `text_s_per_caption` 0.002 CPU s: character/word-level text perturbation of one caption
+  (docs/notes/2026-11-results-history.md §8 is well below this; sentence-level types with their models cost more).
 - `trial_s_per_batch` 0.28 s (fp32) and `trial_s_per_batch_bf16` 0.07 s, one trial alone on a whole GPU, and
-  `packed_throughput` 0.92: measured on an NVIDIA H200 for ViT-B/32 at 224 px, 12 frames, batch 16, Tent and
-  HAT-VTR, both backbones (RESULTS.md section 6: 17.7-18.1 ms per query in fp32, 4.2-5.8 in bf16); older GPUs are
-  slower.
+  `packed_throughput` 0.92: measured on an NVIDIA H200 for ViT-B/32 at 224 px, 12 frames, batch 16, Tent and HAT-VTR,
+  both backbones (docs/notes/2026-11-results-history.md §6: 17.7-18.1 ms per query in fp32, 4.2-5.8 in bf16); older GPUs
+  are slower.
 - `gallery_s_per_clip` 0.003 s: the same run's Source, one forward pass of a 12-frame clip (2.6 ms per query);
   a caption gallery costs less (1,000 captions in 0.3 s).
 - `finetune_s_per_step` 1.0 s on a whole GPU: an **assumption** for ViT-B/32 (the GPU run fine-tuned only the

@@ -49,7 +49,8 @@ def sizing_lines(plan: Plan, cost=None, todo: list | None = None) -> list[str]:
         lines.append("GPU-hours: unknown until the annotations are on disk (the cost model needs the clip counts: "
                      "orchestrator/planning/cost_model.py)")
     else:
-        lines.append(what + est.line() + (f"; not counting {', '.join(unknown)} (clip counts unknown)" if unknown else "")
+        unknown_note = f"; not counting {', '.join(unknown)} (clip counts unknown)" if unknown else ""
+        lines.append(what + est.line() + unknown_note
                      + " (cost model: orchestrator/planning/cost_model.py)")
     return lines
 

@@ -27,10 +27,13 @@ class TrialEnvironment:
         from workloads.trial import TrialContext
 
         ds = self.datasets[spec.dataset]
+        source = self.datasets.get(spec.source_dataset) if spec.source_dataset not in ("", spec.dataset) else None
         model = self.checkpoints[f"{spec.backbone}|{spec.source_dataset or spec.dataset}"]
         return TrialContext(render_cache=self.render_cache, gallery_cache=self.gallery_cache,
                             checkpoint=model["path"], clip_only=model["clip_only"], dataset_root=ds["root"],
                             dataset_options=ds["options"], scores_dir=self.scores_dir,
+                            source_root=source["root"] if source else None,
+                            source_options=source["options"] if source else {},
                             device="cuda" if self.use_gpu else "cpu", threads=self.threads)
 
 

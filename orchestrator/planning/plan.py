@@ -318,6 +318,7 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
                         options=json.dumps({**options, **config.options}), render_assets=assets, variant=variant,
                         mix=cell.mix, config=config.name, stream_order=stream_order, source_pairs=source_pairs))
     notes = [line for scenario in grid.scenarios.values() for line in scenario.notes(grid)]
+    notes += source_stage_notes(grid, datasets, [cell for _, cell in cells])
     plan = Plan(grid, paths, datasets, models, trials, renders, resolution, render_assets, embedders,
                 list(text_sets.values()), notes, missing)
     plan.trials.extend(recorded_tpe_trials(plan))   # configurations TPE proposed in earlier submissions
@@ -457,3 +458,38 @@ def check_hub_k(plan: Plan) -> None:
     problems = hub_k_problems(plan)
     if problems:
         raise PlanError(problems[0])
+
+
+def source_stage_notes(grid: GridSpec, datasets: dict[str, DatasetPlan], cells: list) -> list[str]:
+    """A method with a source stage (its registration's `source_stage`: TITAN's bias-correction head) learns from the
+    checkpoint's source train split; where a cell's model has none (zero-shot) or the split cannot be read, that
+    stage is off: one note per (method row, dataset) saying so. Annotations only are read (nothing generated)."""
+    from workloads.methods import METHODS
+
+    staged = {}
+    for entry in grid.methods:
+        method = _method_entry(grid, entry)[0]
+        stage = METHODS.static_info(method).get("source_stage")
+        if stage:
+            staged[entry] = stage
+    notes, seen = [], set()
+    for cell in cells:
+        for entry, stage in staged.items():
+            if (entry, cell.dataset, cell.source) in seen:
+                continue
+            seen.add((entry, cell.dataset, cell.source))
+            why = None
+            if cell.source == PRETRAINED:
+                why = "a zero-shot checkpoint has no source train split"
+            else:
+                dp = datasets[cell.source]
+                if dp.unavailable or getattr(dp.dataset, "config", None) is not None:   # unknown yet, or generated
+                    continue
+                try:
+                    if not len(dp.dataset.train_split()):
+                        why = f"the train split of {cell.source} is empty"
+                except Exception as err:   # the loader's one-line reason (which file, where it comes from)
+                    why = f"no train split of {cell.source}: {str(err).splitlines()[0] if str(err) else err}"
+            if why:
+                notes.append(f"{entry} on {cell.dataset}: its {stage} is off ({why}); the rest of the method runs")
+    return notes

@@ -17,8 +17,8 @@ RenderSet = tuple[str, str, int]     # (dataset, perturbation, severity)
 
 
 def trial_render_sets(spec: TrialSpec) -> list[RenderSet]:
-    """The render sets a trial reads (as orchestrator/planning/plan.py decides the renders): v2t queries at their cell (a mix:
-    every cell it draws and the clean clips), t2v galleries and clean cells the clean clips."""
+    """The render sets a trial reads (as orchestrator/planning/plan.py decides the renders): v2t queries at their cell
+    (a mix: every cell it draws and the clean clips), t2v galleries and clean cells the clean clips."""
     if spec.direction != "v2t":
         return [(spec.dataset, CLEAN, 0)]
     if spec.mix:
@@ -54,7 +54,8 @@ def render_keys_of_set(plan: Plan, dataset: str, perturbation: str, severity: in
     """The cache keys of every clip of one render set (one per test video and seed of the grid)."""
     ds = plan.datasets[dataset]
     return [RenderKey(dataset, ds.version, vid, perturbation, int(severity), seed,
-                      plan.grid.runtime.num_frames, plan.resolution, plan.render_assets.get((dataset, perturbation), ""))
+                      plan.grid.runtime.num_frames, plan.resolution,
+                      plan.render_assets.get((dataset, perturbation), ""))
             for seed in plan.seeds for vid in dict.fromkeys(p.video_id for p in ds.test.pairs)]
 
 
@@ -99,12 +100,13 @@ def johnson_order(sets: list[RenderSet], render_seconds, trial_seconds) -> list[
 
 def cost_ordered_sets(plan: Plan, sets: list[RenderSet], trials: list[TrialSpec], render_cpus: float,
                       trial_slots: float, cost=None) -> list[RenderSet]:
-    """`sets` in Johnson's order under the plan's cost model (orchestrator/planning/cost_model.py): a set's rendering is its
-    clips x CPU seconds per clip over `render_cpus`, its trials the sum of the trials that read it (a trial reading
-    several sets, a mix, counts a share in each) over `trial_slots`. The clean sets stay first (every checkpoint's
-    check reads them before any trial runs), and where a dataset's clip count is unknown the order is left as given.
-    On the simulated full matrix this order took the makespan from 1.28x to 1.14x the lower bound (RESULTS.md
-    section 11): in plan order the cheap-to-render datasets come last and leave a tail of trials after rendering."""
+    """`sets` in Johnson's order under the plan's cost model (orchestrator/planning/cost_model.py): a set's rendering is
+    its clips x CPU seconds per clip over `render_cpus`, its trials the sum of the trials that read it (a trial reading
+    several sets, a mix, counts a share in each) over `trial_slots`. The clean sets stay first (every checkpoint's check
+    reads them before any trial runs), and where a dataset's clip count is unknown the order is left as given. On the
+    simulated full matrix this order took the makespan from 1.28x to 1.14x the lower bound
+    (docs/notes/2026-11-results-history.md §11): in plan order the cheap-to-render datasets come last and leave a tail
+    of trials after rendering."""
 
     cost = cost or CostModel()
     sizes = plan.clip_counts()

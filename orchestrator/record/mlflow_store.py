@@ -180,6 +180,10 @@ class Tracker(BackgroundLogging):
             tags["mlvp.fallbacks"] = "; ".join(entry["fallbacks"])[:4900]
         if entry.get("error"):
             tags["mlvp.error"] = entry["error"][:4900]
+        if entry.get("method_faithful") is not None:   # false: a method derived from its paper (no authors' code)
+            tags["mlvp.method_faithful"] = str(entry["method_faithful"])
+        if entry.get("notes"):
+            tags["mlvp.notes"] = "; ".join(entry["notes"])[:4900]
         rid = self.client.create_run(exp, run_name=run_name(spec), tags=tags).info.run_id
         # R1/R5/R10 = R@1/5/10 in percent (mlflow metric names cannot contain '@')
         metrics = dict(entry.get("metrics", {}))

@@ -12,17 +12,17 @@ from orchestrator.record.writer import BackgroundLogging
 
 class TrackerProcess(BackgroundLogging):
     """A `Tracker` in a process of its own, for `submit`'s driver (the long-lived process that runs Ray Tune): MLflow
-    (its import, ~90 MB, and its SQLAlchemy store) stays out of the driver's memory, whose growth at thousands of
-    trials is Ray Tune's (benchmarks/RESULTS.md section 15), and the store's writes take no GIL time from Tune's loop.
+    (its import, ~90 MB, and its SQLAlchemy store) stays out of the driver's memory, whose growth at thousands of trials
+    is Ray Tune's (docs/notes/2026-11-results-history.md §15), and the store's writes take no GIL time from Tune's loop.
 
-    One tracking process per driver interpreter, shared by its TrackerProcess objects and serving every store they
-    name (one Tracker per store in it): MLflow is imported once per interpreter and a store opened once, as MLflow
-    caches its stores in-process; an interpreter that submits many times (the tests, a notebook) pays the ~3 s start
-    once (benchmarks/RESULTS.md section 15). It is started with the first one (spawn: a fresh interpreter, MLflow
-    imported while Ray starts) and serves one call at a time, in order; each call blocks until it answers, and an
-    error comes back as TrackingError (the original type name in `kind`). It ignores SIGINT, so a submission stopped
-    with Ctrl-C still closes its parent run as KILLED, and ends with the driver (its call pipe closes); a broken one
-    is replaced by the next TrackerProcess."""
+    One tracking process per driver interpreter, shared by its TrackerProcess objects and serving every store they name
+    (one Tracker per store in it): MLflow is imported once per interpreter and a store opened once, as MLflow caches its
+    stores in-process; an interpreter that submits many times (the tests, a notebook) pays the ~3 s start once
+    (docs/notes/2026-11-results-history.md §15). It is started with the first one (spawn: a fresh interpreter, MLflow
+    imported while Ray starts) and serves one call at a time, in order; each call blocks until it answers, and an error
+    comes back as TrackingError (the original type name in `kind`). It ignores SIGINT, so a submission stopped with
+    Ctrl-C still closes its parent run as KILLED, and ends with the driver (its call pipe closes); a broken one is
+    replaced by the next TrackerProcess."""
 
     def __init__(self, tracking_uri: str, results_dir: str | os.PathLike):
         self.uri = tracking_uri

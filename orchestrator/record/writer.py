@@ -28,8 +28,8 @@ class BackgroundLogging:
 
     def later(self, job: Callable[[], Any], on_error: Callable[[Exception], None]) -> None:
         """`job()` on the same background thread, in order with the trials logged there: `submit` starts its parent
-        run and syncs the store this way, so its trials do not wait for the store (benchmarks/RESULTS.md section
-        15). A job that raises counts as a store failure: `on_error(err)`, and what follows is dropped."""
+        run and syncs the store this way, so its trials do not wait for the store (docs/notes/2026-11-results-history.md
+        §15). A job that raises counts as a store failure: `on_error(err)`, and what follows is dropped."""
         self._background().put(_Job(job, on_error))
 
     def _background(self) -> "TrialLogWriter":

@@ -1,17 +1,16 @@
-"""A grid's outputs besides the ledger: its tables (orchestrator/report/results.py) and its report (orchestrator/report/page.py),
-both written from the ledger, and the counts the MLflow parent run is closed with.
+"""A grid's outputs besides the ledger: its tables (orchestrator/report/results.py) and its report
+(orchestrator/report/page.py), both written from the ledger, and the counts the MLflow parent run is closed with.
 
-At the end of `submit` of a large grid they are written by a child process (`write_outputs_apart`), not by the
-driver (`write_grid_outputs`): at the full matrix's size the tables' frames and the report's plots (matplotlib, the
-per-cell frame) grew the driver by ~127 MB at once, after a Tune loop that had stayed flat (benchmarks/RESULTS.md
-section 15), and in a child not even a crash in a plot library can take the driver down. A small grid's are written
-in the driver, where the child's start would cost more than they do. The child is a fresh interpreter
-(`python -m orchestrator.report.outputs`), not a fork: the driver runs Ray's and MLflow's threads, and a forked copy
-of their locks can hang; nor multiprocessing's "spawn", which re-runs the caller's main script in the child. It costs one interpreter
-start and the imports (~1.5 s of CPU), once per submission. The child, which runs no threads, forks once more to
-draw the report's severity figures while it writes the tables and the rest (orchestrator/report/page.py
-`severity_apart`). The ledger stays the record either way: `mlvp report GRID` writes the same
-files in its own process.
+At the end of `submit` of a large grid they are written by a child process (`write_outputs_apart`), not by the driver
+(`write_grid_outputs`): at the full matrix's size the tables' frames and the report's plots (matplotlib, the per-cell
+frame) grew the driver by ~127 MB at once, after a Tune loop that had stayed flat (docs/notes/2026-11-results-history.md
+§15), and in a child not even a crash in a plot library can take the driver down. A small grid's are written in the
+driver, where the child's start would cost more than they do. The child is a fresh interpreter (`python -m
+orchestrator.report.outputs`), not a fork: the driver runs Ray's and MLflow's threads, and a forked copy of their locks
+can hang; nor multiprocessing's "spawn", which re-runs the caller's main script in the child. It costs one interpreter
+start and the imports (~1.5 s of CPU), once per submission. The child, which runs no threads, forks once more to draw
+the report's severity figures while it writes the tables and the rest (orchestrator/report/page.py `severity_apart`).
+The ledger stays the record either way: `mlvp report GRID` writes the same files in its own process.
 """
 from __future__ import annotations
 
@@ -61,7 +60,7 @@ def write_outputs(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Pat
     with no threads of its own (`_child`)."""
 
     ledger = TrialLedger(ledger_root)
-    # without the per-query lists: at 4,270 trials they are ~60 MB (benchmarks/RESULTS.md section 15)
+    # without the per-query lists: at 4,270 trials they are ~60 MB (docs/notes/2026-11-results-history.md §15)
     entries = ledger.entries((t.key for t in specs), lists=False)
     out = Outputs(ok=sum(e["status"] == "ok" for e in entries), failed=sum(e["status"] == "failed" for e in entries),
                   present=len(entries))
@@ -88,7 +87,7 @@ def write_grid_outputs(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root
     """`submit`'s outputs: in a child process (`write_outputs_apart`) for a grid of more than APART_FROM_TRIALS
     trials, in this process below it. A child costs ~1.5 CPU-s to start (an interpreter, pandas, pyarrow,
     matplotlib), which only a large grid's frames and plots repay; at a few hundred trials they grow this process
-    by a few MB beyond matplotlib's import (benchmarks/RESULTS.md section 15)."""
+    by a few MB beyond matplotlib's import (docs/notes/2026-11-results-history.md §15)."""
     if len(specs) > APART_FROM_TRIALS:
         return write_outputs_apart(grid, specs, grid_dir, ledger_root)
     return write_outputs(grid, specs, grid_dir, ledger_root)

@@ -35,14 +35,15 @@ from orchestrator.report.plots import (
     _list,
     focus_cell,
     plot_cost,
+    plot_diagnostics,
     plot_k_occurrence,
     plot_severity,
     plot_similarity,
     plot_stream,
 )
 from orchestrator.report.results import analysis_tables, grid_configs, scenario_tables
+from orchestrator.report.rows import QS, method_rows, planned_rows, table_order
 from orchestrator.report.selection import plot_selection
-from orchestrator.report.rows import QS, planned_rows, table_order
 from workloads.spec import TrialSpec
 
 REPORT_DIR = "report"
@@ -60,7 +61,8 @@ def report_sections(grid, df: pd.DataFrame) -> list[tuple[str, list[Table]]]:
         if name == QS:
             for stem, head in (("qs_R1", "Query shift: R@1 (Table 1 layout; per severity: Tables 32-35)"),
                                ("qs_hub_skewness", "Query shift: k-occurrence skewness"),
-                               ("hubness", "Hubness (Table 13)")):
+                               ("hubness", "Hubness (Table 13)"),
+                               ("diagnostics", "Uniformity and modality gap (TCR's Table 12)")):
                 mine = [t for t in tables if t.name.removesuffix("_mean") == stem]
                 if mine:
                     sections.append((head, mine))
@@ -163,6 +165,8 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
     p = plot_cost(cost, plots_dir)
     if p is not None:
         plots.append(("TTA cost per query (Table 8)", p))
+    for p in plot_diagnostics(df, plots_dir, method_rows(grid)):
+        plots.append(("Uniformity and modality gap: shifted queries before adaptation -> after", p))
 
     all_tables = [t for _, ts in sections for t in ts]
     files = []

@@ -33,7 +33,7 @@ def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
 
     One figure per panel layout, redrawn for each (dataset, direction, backbone): a new 12-panel figure spends
     most of its time in matplotlib making its axes and tick objects, and the full matrix has ten such figures
-    (benchmarks/RESULTS.md section 15)."""
+    (docs/notes/2026-11-results-history.md §15)."""
     plt = _plt()
     qs = _qs_ok(df)
     files = []
@@ -93,8 +93,8 @@ def _qs_ok(df: pd.DataFrame) -> pd.DataFrame:
 
 def severity_apart(grid, df: pd.DataFrame, plots_dir: Path) -> Callable[[], list[Path]]:
     """`plot_severity` started in a forked process, to draw beside the tables and the rest of the report (the
-    full matrix's ten 12-panel figures are about half of writing its outputs: benchmarks/RESULTS.md section 15);
-    returns a call that waits for its files. In this process where there is one core, no fork, or one figure to
+    full matrix's ten 12-panel figures are about half of writing its outputs: docs/notes/2026-11-results-history.md
+    §15); returns a call that waits for its files. In this process where there is one core, no fork, or one figure to
     draw. Only for a process that runs no threads of its own (orchestrator/report/outputs.py's child): a fork copies no
     thread."""
     import multiprocessing
@@ -246,6 +246,47 @@ def plot_cost(table: Table | None, out: Path) -> Path | None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     return _save(fig, out / "tta_cost.png")
+
+
+def plot_diagnostics(df: pd.DataFrame, out: Path, methods: list[str]) -> list[Path]:
+    """Per (dataset, direction): the query embeddings' uniformity against their modality gap (TCR's Section 4.3,
+    workloads/metrics.py), one panel per backbone: the clean queries, the shifted ones before adaptation, and an
+    arrow from there to each method's adapted queries (means over the shifted cells)."""
+    qs = _qs_ok(df)
+    if not len(qs) or "uniformity_adapted" not in qs:
+        return []
+    plt, files = _plt(), []
+    for (ds, direction), part in qs.groupby(["dataset", "direction"], sort=False):
+        shifted = part[part["perturbation"] != CLEAN]
+        backbones = [b for b in dict.fromkeys(part["backbone"]) if shifted["uniformity_adapted"].notna().any()]
+        if not backbones or not len(shifted):
+            continue
+        fig, axes = plt.subplots(1, len(backbones), figsize=(4.2 * len(backbones), 3.4), squeeze=False)
+        for ax, b in zip(axes[0], backbones):
+            mine = shifted[shifted["backbone"] == b]
+            clean = part[(part["backbone"] == b)]
+            start = (mine["uniformity_shifted"].mean(), mine["modality_gap_shifted"].mean())
+            ax.scatter([clean["uniformity_clean"].mean()], [clean["modality_gap_clean"].mean()], marker="*", s=90,
+                       color="black", label="clean")
+            ax.scatter([start[0]], [start[1]], marker="o", color="grey", label="shifted, before")
+            for i, m in enumerate(x for x in methods if (mine["row"] == x).any()):
+                rows = mine[mine["row"] == m]
+                end = (rows["uniformity_adapted"].mean(), rows["modality_gap_adapted"].mean())
+                if any(pd.isna(v) for v in (*start, *end)):
+                    continue
+                colour = f"C{i}"
+                ax.annotate("", xy=end, xytext=start, arrowprops={"arrowstyle": "->", "color": colour})
+                ax.scatter([end[0]], [end[1]], color=colour, s=18, label=m)
+            ax.set_xlabel("uniformity (higher: more spread)", fontsize=8)
+            ax.set_ylabel("modality gap (lower: closer)", fontsize=8)
+            ax.set_title(b, fontsize=9)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=6)
+        fig.suptitle(f"query embeddings under shift: {ds}, {direction}", fontsize=10)
+        fig.tight_layout()
+        files.append(_save(fig, out / f"diagnostics_{ds}_{direction}.png"))
+    return files
 
 
 def _save(fig, path: Path) -> Path:

@@ -15,32 +15,34 @@ from workloads.perturbations.video import VIDEO_PERTURBATIONS
 from workloads.spec import SPEC_FIELDS, TrialSpec
 
 QS = "query_shift"
-# every field of a trial spec is a column (a new field appears here, in MLflow params and in the ledger by itself)
-# every field of a trial spec is a column (a new field appears here, in MLflow params and in the ledger by itself)
+# every field of a trial spec is a column (a new field appears here, in MLflow params and in the ledger by itself);
+# so is every metric and timing a trial reports: these first, in this order, then the others by name (the diagnostics
+# of workloads/metrics.py, a method's own statistics)
 METRICS = ["R1", "R5", "R10", "MdR", "MnR"]
-
-
 HUB = ["hub_skewness", "hub_truncated_skewness", "hub_atkinson", "hub_robin_hood", "hub_antihub_occurrence",
        "hub_hub_occurrence", "hub_max_k_occurrence", "hub_antihub_count"]
-
-
 TIMINGS = ["gallery_s", "adapt_s", "total_s", "per_query_ms"]
 # the label-free selection signals of a trial (workloads/selection.py) and TCR's diagnostics (workloads/metrics.py)
 SIGNALS = ["pred_entropy", "snd", "source_R1", *DIAGNOSTIC_METRICS]
 
 
 def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per ledger entry: the spec's fields, `row` (the table row: variant name, else method), every metric
+    and timing, and what the trial said of itself."""
     rows = []
     for e in entries:
-        spec = e["spec"]
+        spec, metrics, timings = e["spec"], e.get("metrics") or {}, e.get("timings") or {}
         row = {"key": e["key"], "status": e["status"], **{c: spec.get(c) for c in SPEC_FIELDS}}
-        row["row"] = spec.get("variant") or spec["method"]   # the table row: variant name, else method
-        row.update({m: e.get("metrics", {}).get(m) for m in METRICS + HUB + SIGNALS})
+        row["row"] = spec.get("variant") or spec["method"]
+        row.update({m: metrics.get(m) for m in METRICS + HUB + SIGNALS})
+        row.update({m: metrics[m] for m in sorted(metrics) if m not in row})
         row["query_R1"] = e.get("query_R1")   # per query (a list, or compact: TrialLedger.entries(lists=False))
-        row.update({t: e.get("timings", {}).get(t) for t in TIMINGS})
+        row.update({t: timings.get(t) for t in TIMINGS})
+        row.update({t: timings[t] for t in sorted(timings) if t not in row})
         row.update({"n_queries": e.get("n_queries"), "n_gallery": e.get("n_gallery"),
                     "n_dropped": len(e.get("dropped") or []), "faithful_renders": e.get("faithful_renders"),
-                    "fallbacks": "; ".join(e.get("fallbacks") or []), "error": e.get("error"),
+                    "method_faithful": e.get("method_faithful"), "fallbacks": "; ".join(e.get("fallbacks") or []),
+                    "notes": "; ".join(e.get("notes") or []), "error": e.get("error"),
                     "failed_batch": e.get("failed_batch"), "mlflow_runs": json.dumps(e.get("mlflow_runs") or {}),
                     "recorded_at": e.get("recorded_at")})
         rows.append(row)

@@ -11,8 +11,8 @@ inputs: its checkpoint with its clean check passed (which also encodes its galle
 render set (every clip of its dataset at its perturbation and severity) and, for a perturbed t2v cell, the text
 sets. Each input is a *need* of a `ReadyGate` (orchestrator/run/tune.py); Ray Tune is fed through `GatedSearcher`, which
 hands it the next trial, in plan order, whose needs are all met. Three producers run beside Tune:
-- the render stream (orchestrator/stages/render.py `RenderStream`): a Ray Data actor pool on CPUs renders the render sets
-  the clean ones first (every check reads them), then in Johnson's order under the cost model
+- the render stream (orchestrator/stages/render.py `RenderStream`): Ray Data tasks on CPUs render the render sets, the
+  clean ones first (every check reads them), then in Johnson's order under the cost model
   (`cost_ordered_sets`: sets whose rendering is short next to their trials first, so the GPUs get work early and
   no trial tail is left after the last render), marking each set ready as its last clip is written; sizing leaves
   the CPUs of the GPU trial slots to the trials;
@@ -58,7 +58,7 @@ def submit(grid_path: str, opts: SubmitOptions, console: Console | None = None) 
     console = console or make_console()
     t_start = time.time()
     paths = Paths.make(opts.results_dir, opts.cache_dir)
-    if opts.dry_run:  # sized whether or not the data is on disk yet: what is missing is listed (orchestrator/planning/plan.py)
+    if opts.dry_run:  # sized whether or not the data is on disk yet: what is missing is listed (planning/plan.py)
         plan = plan_for_sizing(grid_path, paths)
         grid = plan.grid
     else:

@@ -10,14 +10,14 @@
 
 Overlap with the stages that feed the trials (docs/architecture.md, "Overlap"): a trial is fed to Tune only when its
 inputs exist. Each trial lists its *needs* (its checkpoint and check, its render set, its text set: strings such as
-"render:msrvtt/fog/3"); the producers (fine-tune tasks, the render stream of orchestrator/stages/render.py, the text sets)
-call `ReadyGate.ready(need)` as each one is written. `GatedSearcher` is the Tune search algorithm that hands Tune the
-next trial whose needs are all met, in plan order, and tells Tune "not yet" (None) while the rest wait; Tune keeps
-scheduling, retrying and recording the trials it has. So Ray Tune stays the trial scheduler and the render cache
-stays the hand-off: a trial reads its clips from the cache exactly as before, only later.
+"render:msrvtt/fog/3"); the producers (fine-tune tasks, the render stream of orchestrator/stages/render.py, the text
+sets) call `ReadyGate.ready(need)` as each one is written. `GatedSearcher` is the Tune search algorithm that hands Tune
+the next trial whose needs are all met, in plan order, and tells Tune "not yet" (None) while the rest wait; Tune keeps
+scheduling, retrying and recording the trials it has. So Ray Tune stays the trial scheduler and the render cache stays
+the hand-off: a trial reads its clips from the cache exactly as before, only later.
 
 Waves: Ray Tune keeps a `Trial` object per trial on the driver until `Tuner.fit` returns (~11 KB a trial and its
-JSON state at the fit's end: docs/notes/2026-11-27-overhead.md). A submission's trials run in one `Tuner.fit` by
+JSON state at the fit's end: docs/notes/2026-11-results-history.md §15). A submission's trials run in one `Tuner.fit` by
 default; `run_trials` can run several `Tuner.fit` one after another on the same gate (`wave`: each hands out at most
 that many trials; its `GatedSearcher` says FINISHED once it has), which bounds what the driver holds at the cost of
 a barrier at each wave's end (the next wave starts when the last trial of this one finishes, with fresh actors). A
@@ -255,11 +255,11 @@ def producers_waiting() -> bool:
 class FirstPendingScheduler(FIFOScheduler):
     """Tune's FIFO scheduling (the next trial to start is the first PENDING one in creation order), without walking
     the trials that have finished. Tune's FIFOScheduler asks every trial for its status on every step of its loop,
-    finished ones included: quadratic in the trials of a `Tuner.fit`, and at 4,270 short trials the largest single
-    cost of the driver's loop (py-spy, benchmarks/RESULTS.md section 15). A trial Tune has finished (TERMINATED) or
+    finished ones included: quadratic in the trials of a `Tuner.fit`, and at 4,270 short trials the largest single cost
+    of the driver's loop (py-spy, docs/notes/2026-11-results-history.md §15). A trial Tune has finished (TERMINATED) or
     given up on (ERROR) never becomes PENDING again within a `fit` (a crashed trial is requeued while RUNNING:
-    ray/tune/execution/tune_controller.py `_requeue_trial`), so the finished prefix of Tune's list is skipped for
-    good and the choice is the FIFO one (tests/test_waves.py compares the two)."""
+    ray/tune/execution/tune_controller.py `_requeue_trial`), so the finished prefix of Tune's list is skipped for good
+    and the choice is the FIFO one (tests/test_waves.py compares the two)."""
 
     def __init__(self):
         super().__init__()
@@ -286,9 +286,9 @@ class RecordingScheduler(FirstPendingScheduler):
     `on_crash`.
 
     A scheduler rather than a Tune callback: to count the callbacks a user passes, Tune imports its MLflow, W&B and
-    Comet integrations, MLflow itself included (~40 MB of the driver's memory, docs/notes/2026-11-27-overhead.md);
-    with no callback passed it imports nothing. Tune gives the scheduler each result before the callbacks, and tells
-    it of a trial's completion and final error where it tells them."""
+    Comet integrations, MLflow itself included (~40 MB of the driver's memory, docs/notes/2026-11-results-history.md
+    §15); with no callback passed it imports nothing. Tune gives the scheduler each result before the callbacks, and
+    tells it of a trial's completion and final error where it tells them."""
 
     def __init__(self, on_result: Callable[[dict[str, Any]], None], on_crash: Callable[[dict[str, Any], str], None]):
         super().__init__()
@@ -328,12 +328,12 @@ def _tune_settings_for_many_trials():
       **one** for any other search algorithm, ours included (ray/tune/execution/tune_controller.py
       `_get_max_pending_trials`). With one, Tune creates a trial, waits for its placement group, then creates the
       next: trial starts are serialised on the driver, and at thousands of short trials ours ran at half plain Tune's
-      rate (benchmarks/RESULTS.md section 15). A gated trial is only created once its inputs are ready
+      rate (docs/notes/2026-11-results-history.md §15). A gated trial is only created once its inputs are ready
       (GatedSearcher), so a pending trial never waits on a render.
     - TUNE_GLOBAL_CHECKPOINT_S: Tune's experiment state (every trial's state as JSON, for `Tuner.restore`) is saved
       when the run starts and ends, not every ~10 s as well: the ledger is our resume record (a restored Tuner
       records nothing: RecordingScheduler), and the periodic saves took ~9% of the driver loop's CPU at 4,270 trials
-      (py-spy, benchmarks/RESULTS.md section 15)."""
+      (py-spy, docs/notes/2026-11-results-history.md §15)."""
     import ray
 
     cpus = ray.cluster_resources().get("CPU", 1.0) if ray.is_initialized() else 1.0

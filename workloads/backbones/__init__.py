@@ -134,12 +134,14 @@ def create_backbone(name: str, clip_model: str = "mlvp-tiny", pretrained: str | 
         check_activation(weights, clip_model)
         if weights.pooling_state is not None and name != "xpool" and not clip_only:
             raise WeightsError(f"{pretrained} holds an X-Pool model (pool_frames.* weights) but backbone {name!r} was "
-                               "asked for (use backbone 'xpool', or take just its CLIP: `mlvp convert-checkpoint ... --clip-only`, or clip_only=True in Python)")
+                               "asked for (use backbone 'xpool', or take just its CLIP: `mlvp convert-checkpoint ... "
+                               "--clip-only`, or clip_only=True in Python)")
         if weights.format == "xpool-codebase" and weights.pooling_state is None and name == "xpool" \
                 and not clip_only:
             raise WeightsError(f"{pretrained} holds a mean-pooling model (no pool_frames.* weights) but backbone "
-                               "'xpool' was asked for (use 'clip4clip', or take just its CLIP (`mlvp convert-checkpoint ... --clip-only`, or clip_only=True in Python) to start X-Pool's "
-                               "head at its identity initialisation)")
+                               "'xpool' was asked for (use 'clip4clip', or take just its CLIP to start X-Pool's head "
+                               "at its identity initialisation: `mlvp convert-checkpoint ... --clip-only`, or "
+                               "clip_only=True in Python)")
     clip, tokenizer, image_size = _build_clip(clip_model)
     embed_dim = int(clip.text_projection.shape[1])
     pooling = pooling_cls(embed_dim=embed_dim, **pooling_kwargs)
@@ -174,7 +176,8 @@ def _from_own_checkpoint(name, clip_model, path, device, clip_only, pooling_kwar
     if ckpt["clip_model"] != clip_model or (ckpt["backbone"] != name and not clip_only):
         raise ValueError(f"checkpoint {path} holds backbone {ckpt['backbone']!r} on "
                          f"{ckpt['clip_model']!r}, but {name!r} on {clip_model!r} was asked for "
-                         "(take just its CLIP weights: `mlvp convert-checkpoint ... --clip-only`, or clip_only=True in Python)")
+                         "(take just its CLIP weights: `mlvp convert-checkpoint ... --clip-only`, or clip_only=True "
+                         "in Python)")
     if whole:
         pooling_kwargs = {**ckpt.get("pooling_kwargs", {}), **pooling_kwargs}
     clip, tokenizer, image_size = _build_clip(clip_model)

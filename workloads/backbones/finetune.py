@@ -4,7 +4,14 @@ content hash of everything that
 determines it (config, data fingerprint, init weights, code version).
 
 This is how the embedded default gets a model without downloading one: `mlvp-tiny` trained for a few minutes on the
-synthetic train split. The same code fine-tunes any open_clip model on any registered dataset.
+synthetic train split (recipe "quick"). The same code fine-tunes any open_clip model on any registered dataset with
+the published trainers' schedules (recipes "xpool" and "clip4clip": finetune_config.RECIPES, docs/finetuning.md):
+separate learning rates for CLIP and for the layers added on it, warm-up then cosine decay, every (video, caption)
+pair once per epoch, X-Pool's crop-and-flip augmentation.
+
+Batches are assembled (gathered from the decoded clips, augmented) in DataLoader worker processes when
+`config.workers` > 0, so a GPU step does not wait for them; what goes into each batch (rows, frames, crops) is drawn
+in the main process from the run's one random stream, so the batches are the same for any number of workers.
 """
 from __future__ import annotations
 
@@ -45,7 +52,7 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 
 def decode_split(split: Split, num_frames: int, size: int, cache_dir: str | Path | None = None,
-                 log: Callable[[str], None] | None = None
+                 log: Callable[[str], None] | None = None, workers: int = 0
                  ) -> tuple[np.ndarray, np.ndarray, list[int], list[str]]:
     """Decode each distinct clip of a split once: `num_frames` frames by the uniform rule, resized and centre-cropped
     to `size`. Returns (clips uint8 [V, num_frames, size, size, 3], clip row of each kept pair, the kept pair
@@ -54,7 +61,8 @@ def decode_split(split: Split, num_frames: int, size: int, cache_dir: str | Path
 
     With `cache_dir`, the clips go to an .npy file there and come back memory-mapped: a real train split does not fit
     in memory (MSRVTT-9k, 16 frames at 224 px: 22 GB), and the X-Pool fine-tune and later runs reuse the decode.
-    The .json beside it, written last, marks the entry complete."""
+    The .json beside it, written last, marks the entry complete. `workers` > 0 decodes in that many processes (the
+    same clips, in order)."""
     if num_frames < 1:
         raise ValueError(f"num_frames must be >= 1, got {num_frames}")
     ids = list(dict.fromkeys(p.video_id for p in split.pairs))
@@ -81,13 +89,16 @@ def decode_split(split: Split, num_frames: int, size: int, cache_dir: str | Path
     with atomic_path(npy) if npy is not None else contextlib.nullcontext() as tmp:
         clips = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=shape) if tmp is not None \
             else np.zeros(shape, dtype=np.uint8)
-        for r, vid in enumerate(ids):
-            try:
-                clips[r] = resize_center_crop(read_frames(paths[vid], num_frames), size)
-            except VideoDecodeError:
-                bad.add(vid)  # its row stays unused
-            if log is not None and len(ids) >= 1000 and (r + 1) % step == 0:
-                log(f"decoding {split.dataset} {split.name}: {r + 1}/{len(ids)} videos ({time.time() - t0:.0f}s)")
+        with _pool(workers) as pool:
+            decoded = pool.map(_decode_clip, [(paths[vid], num_frames, size) for vid in ids], chunksize=4)
+            for r, (vid, clip) in enumerate(zip(ids, decoded)):
+                if clip is None:
+                    bad.add(vid)  # its row stays unused
+                else:
+                    clips[r] = clip
+                if log is not None and len(ids) >= 1000 and (r + 1) % step == 0:
+                    log(f"decoding {split.dataset} {split.name}: {r + 1}/{len(ids)} videos "
+                        f"({time.time() - t0:.0f}s)")
         if len(bad) == len(ids):
             raise ValueError(f"no video of the {split.dataset} {split.name} split could be decoded "
                              f"(first: {paths[ids[0]]})")
@@ -102,6 +113,36 @@ def decode_split(split: Split, num_frames: int, size: int, cache_dir: str | Path
     return clips, index, kept, sorted(bad)
 
 
+def _decode_clip(job: tuple[str, int, int]) -> np.ndarray | None:
+    """One video's `num_frames` uniform frames at `size` px, or None when it cannot be decoded."""
+    path, num_frames, size = job
+    try:
+        return resize_center_crop(read_frames(path, num_frames), size)
+    except VideoDecodeError:
+        return None
+
+
+class _InProcess:
+    """The `map` of a process pool, in this process (workers = 0)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def map(self, fn, items, chunksize: int = 1):
+        return map(fn, items)
+
+
+def _pool(workers: int):
+    if workers <= 0:
+        return _InProcess()
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(workers)
+
+
 def clip_loss(model: VideoTextModel, text: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
     """Symmetric InfoNCE with CLIP's learnable logit scale (clamped at ln 100). Mean pooling averages L2-normalised
     frames as the X-Pool trainer does for the baseline; X-Pool pools raw features."""
@@ -114,18 +155,164 @@ def clip_loss(model: VideoTextModel, text: torch.Tensor, frames: torch.Tensor) -
     return (F.cross_entropy(logits, target) + F.cross_entropy(logits.t(), target)) / 2
 
 
-def optimizer(model: VideoTextModel, config: FinetuneConfig):
-    """AdamW (no weight decay on gains, biases and the logit scale) and its schedule: linear warm-up over
-    `config.warmup` of the steps, then cosine decay."""
-    decay, no_decay = [], []
+def optimizer(model: VideoTextModel, config: FinetuneConfig, total_steps: int | None = None, dataset: str = ""):
+    """AdamW and its per-step schedule. Quick recipe: one learning rate, no weight decay on gains, biases and the
+    logit scale, linear warm-up over `config.warmup` of `config.steps` then cosine decay. Published recipes
+    (finetune_config.RECIPES): CLIP's parameters at `clip_lr`, the rest (the pooling head) at the dataset's
+    `head_lr`, weight decay except on parameters whose name holds a `no_decay` substring, and the recipe's schedule
+    over `total_steps`."""
+    recipe = config.published
+    if recipe is None:
+        decay, no_decay = [], []
+        for name, p in model.named_parameters():
+            (no_decay if p.ndim < 2 or "ln" in name or "norm" in name or "logit_scale" in name else decay).append(p)
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                                 {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
+        warm = max(1, int(config.warmup * config.steps))
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / config.steps))))
+        return opt, sched
+    groups: dict[tuple[str, bool], list] = {}
     for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or "ln" in name or "norm" in name or "logit_scale" in name else decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
-    warm = max(1, int(config.warmup * config.steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / config.steps))))
-    return opt, sched
+        part = "clip" if name.startswith("clip.") else "head"
+        groups.setdefault((part, not any(s in name for s in recipe.no_decay)), []).append(p)
+    lrs = {"clip": recipe.clip_lr, "head": recipe.head_lr_for(dataset)}
+    opt = torch.optim.AdamW([{"params": ps, "lr": lrs[part], "weight_decay": recipe.weight_decay if decay else 0.0}
+                             for (part, decay), ps in sorted(groups.items())], betas=recipe.betas, eps=recipe.eps)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, schedule(recipe, int(total_steps or 1)))
+
+
+def schedule(recipe, total: int) -> Callable[[int], float]:
+    """The learning-rate factor at scheduler step s (0 for the first update) of a `total`-step run:
+    "cosine" as transformers' get_cosine_schedule_with_warmup (X-Pool's modules/optimization.py): s / w during the
+    w = int(warmup * total) warm-up steps, then 0.5 (1 + cos(pi (s - w) / (total - w)));
+    "cosine_progress" as BertAdam's warmup_cosine (CLIP4Clip's modules/optimization.py), of the progress
+    x = (s + 1) / total: x / warmup during warm-up, then 0.5 (1 + cos(pi x))."""
+    if recipe.schedule == "cosine":
+        warm = int(recipe.warmup * total)
+
+        def factor(s: int) -> float:
+            if s < warm:
+                return s / max(1, warm)
+            return max(0.0, 0.5 * (1.0 + math.cos(math.pi * (s - warm) / max(1, total - warm))))
+    elif recipe.schedule == "cosine_progress":
+        def factor(s: int) -> float:
+            x = (s + 1) / total
+            return x / recipe.warmup if x < recipe.warmup else 0.5 * (1.0 + math.cos(math.pi * x))
+    else:
+        raise ValueError(f"unknown schedule {recipe.schedule!r}")
+    return factor
+
+
+def crop_flip_params(rng: np.random.Generator, size: int, n: int, scale=(0.5, 1.0), ratio=(3 / 4, 4 / 3)
+                     ) -> np.ndarray:
+    """[n, 5] (top, left, height, width, flip) per clip: torchvision's RandomResizedCrop.get_params (10 tries of an
+    area in `scale` and a log-uniform aspect ratio in `ratio`, else the centre crop) on a size x size frame, and a
+    horizontal flip with probability 1/2, drawn from `rng` (X-Pool's clip_train transform, one draw per clip)."""
+    out = np.empty((n, 5), np.int64)
+    area = size * size
+    log_ratio = np.log(ratio)
+    for k in range(n):
+        for _ in range(10):
+            target = area * rng.uniform(*scale)
+            aspect = math.exp(rng.uniform(*log_ratio))
+            w = int(round(math.sqrt(target * aspect)))
+            h = int(round(math.sqrt(target / aspect)))
+            if 0 < w <= size and 0 < h <= size:
+                top, left = int(rng.integers(0, size - h + 1)), int(rng.integers(0, size - w + 1))
+                break
+        else:
+            h = w = size
+            top = left = 0
+        out[k] = (top, left, h, w, int(rng.random() < 0.5))
+    return out
+
+
+def apply_crop_flip(clips: np.ndarray, params: np.ndarray) -> np.ndarray:
+    """Each clip [F, S, S, 3] cropped to its (top, left, height, width), resized back to S x S (bilinear) and
+    mirrored if `flip`: the same crop on every frame of a clip, as torchvision transforms a clip tensor."""
+    import cv2
+
+    size = clips.shape[2]
+    out = np.empty_like(clips)
+    for c, (top, left, h, w, flip) in enumerate(params):
+        for f in range(clips.shape[1]):
+            frame = cv2.resize(clips[c, f, top:top + h, left:left + w], (size, size), interpolation=cv2.INTER_LINEAR)
+            out[c, f] = frame[:, ::-1] if flip else frame
+    return out
+
+
+class TrainBatches(torch.utils.data.Dataset):
+    """Batch assembly, indexed by a plan (rows, frame indices or None, crop/flip parameters or None) made in the main
+    process: the clips of the rows' videos (at those frames), augmented, with the rows' tokens. A memory-mapped clip
+    file is reopened in each worker instead of being copied into it."""
+
+    def __init__(self, clips: np.ndarray, clip_of_pair: np.ndarray, tokens: torch.Tensor):
+        self.clips, self.clip_of_pair, self.tokens = clips, clip_of_pair, tokens
+        self._path = getattr(clips, "filename", None)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        if self._path is not None:
+            state["clips"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if self.clips is None:
+            self.clips = np.load(self._path, mmap_mode="r")
+
+    def __getitem__(self, plan) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, fidx, aug = plan
+        idx = self.clip_of_pair[rows]
+        clips = self.clips[idx] if fidx is None else self.clips[idx[:, None], fidx]   # [B, f, S, S, 3]
+        if aug is not None:
+            clips = apply_crop_flip(np.asarray(clips), aug)
+        return self.tokens[rows], torch.from_numpy(np.ascontiguousarray(clips))
+
+
+def batch_plans(config: FinetuneConfig, groups: list[list[int]], n_pairs: int, n_frames: int, size: int,
+                rng: np.random.Generator):
+    """The plan of every step, in order (TrainBatches: what each batch holds), and the number of steps.
+    Quick: `config.steps` batches of distinct videos, one random caption each, `frames_per_clip` random frames in
+    order. Published recipes: every pair once per epoch in a fresh random order, batches of the recipe's size (the
+    last of an epoch shorter, as a DataLoader without drop_last), all frames, crop/flip drawn per clip."""
+    recipe = config.published
+    if recipe is None:
+        bs = min(config.batch_size, len(groups))
+
+        def quick():
+            order, pos = rng.permutation(len(groups)), 0
+            for _ in range(config.steps):
+                if pos + bs > len(order):
+                    order, pos = rng.permutation(len(groups)), 0
+                chosen = order[pos:pos + bs]
+                pos += bs
+                rows = np.array([groups[g][rng.integers(len(groups[g]))] for g in chosen])
+                # random frames per clip, kept in temporal order (the trail cue encodes direction, order keeps it
+                # honest)
+                fidx = np.sort(np.stack([rng.choice(n_frames, config.frames_per_clip, replace=False)
+                                         for _ in rows]), axis=1)
+                yield rows, fidx, None
+
+        return quick(), config.steps
+    per_epoch = math.ceil(n_pairs / recipe.batch_size)
+    epochs = recipe.epochs if config.epochs is None else config.epochs
+    steps = max(1, round(epochs * per_epoch))
+
+    def published():
+        done = 0
+        while done < steps:
+            order = rng.permutation(n_pairs)
+            for start in range(0, n_pairs, recipe.batch_size):
+                rows = order[start:start + recipe.batch_size]
+                aug = crop_flip_params(rng, size, len(rows)) if recipe.augment == "crop_flip" else None
+                yield rows, None, aug
+                done += 1
+                if done == steps:
+                    return
+
+    return published(), steps
 
 
 def train_step(model: VideoTextModel, opt, sched, autocast, tokens: torch.Tensor, clips: torch.Tensor) -> torch.Tensor:
@@ -175,7 +362,9 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
     decoded train and test clips are kept (see decode_split); None decodes into memory."""
     if bool(init_path) != bool(config.init):
         raise ValueError("pass init_path exactly when config.init names the starting weights")
-    if not 1 <= config.frames_per_clip <= config.train_frames:
+    recipe = config.published
+    train_frames = recipe.frames if recipe is not None else config.train_frames
+    if recipe is None and not 1 <= config.frames_per_clip <= config.train_frames:
         raise ValueError(f"frames_per_clip must be between 1 and train_frames ({config.train_frames}), got "
                          f"{config.frames_per_clip}")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -185,10 +374,11 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
                             device=device, **config.pooling_kwargs)
     size = model.image_size
     t0 = time.time()
-    train_clips, clip_of_pair, train_kept, train_bad = decode_split(train, config.train_frames, size, frames_cache,
-                                                                    log)   # [V, F, S, S, 3] uint8
+    train_clips, clip_of_pair, train_kept, train_bad = decode_split(train, train_frames, size, frames_cache, log,
+                                                                    workers=config.workers)  # [V, F, S, S, 3]
     tokens = model.tokenize([train.pairs[i].caption for i in train_kept])
-    test_frames, test_index, test_kept, test_bad = decode_split(test, config.eval_frames, size, frames_cache, log)
+    test_frames, test_index, test_kept, test_bad = decode_split(test, config.eval_frames, size, frames_cache, log,
+                                                                workers=config.workers)
     if len(set(test_index.tolist())) != len(test_index):
         raise ValueError(f"test split {test.dataset} repeats videos; evaluation expects one caption per video")
     log(f"decoded {len(train_clips)} train / {len(test_frames)} test clips at {size}px in {time.time() - t0:.1f}s"
@@ -196,38 +386,36 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
         + (f"; skipped undecodable videos: {len(train_bad)} train, {len(test_bad)} test "
            f"(first: {(train_bad + test_bad)[0]})" if train_bad or test_bad else ""))
 
-    # videos may carry several captions: sample one caption per distinct video per batch (no false negatives)
+    # videos may carry several captions: the quick recipe samples one caption per distinct video per batch (no false
+    # negatives); the published trainers draw (video, caption) pairs
     by_video: dict[str, list[int]] = {}
     for row, i in enumerate(train_kept):  # rows index the kept pairs (tokens, clip_of_pair)
         by_video.setdefault(train.pairs[i].video_id, []).append(row)
-    groups = list(by_video.values())
-    bs = min(config.batch_size, len(groups))
+    plans, steps = batch_plans(config, list(by_video.values()), len(train_kept), train_clips.shape[1], size, rng)
 
-    opt, sched = optimizer(model, config)
+    opt, sched = optimizer(model, config, total_steps=steps, dataset=train.dataset)
     precision = resolve_precision(config.precision, device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-    log(f"training {config.backbone} on {device} in {precision}"
+    log(f"training {config.backbone} ({config.recipe} recipe, {steps} steps) on {device} in {precision}"
         + (f" (precision auto: {'native bf16' if precision == 'bf16' else 'no native bf16 here'})"
-           if config.precision == "auto" else ""))
-    n_frames_total = train_clips.shape[1]
+           if config.precision == "auto" else "")
+        + (f", batches assembled by {config.workers} worker processes" if config.workers else ""))
+    # a generator of its own: the loader's seed draw must not move torch's global stream (dropout in the X-Pool
+    # head), so that a run is the same with and without workers and the quick recipe the same as before them
+    loader = torch.utils.data.DataLoader(TrainBatches(train_clips, clip_of_pair, tokens), batch_size=None,
+                                         sampler=plans, num_workers=config.workers,
+                                         persistent_workers=config.workers > 0, pin_memory=device.type == "cuda",
+                                         prefetch_factor=4 if config.workers else None,
+                                         generator=torch.Generator().manual_seed(config.seed))
     model.train()
-    t0, order, pos = time.time(), rng.permutation(len(groups)), 0
-    for step in range(config.steps):
-        if pos + bs > len(order):
-            order, pos = rng.permutation(len(groups)), 0
-        chosen = order[pos:pos + bs]
-        pos += bs
-        rows = np.array([groups[g][rng.integers(len(groups[g]))] for g in chosen])
-        # random frames per clip, kept in temporal order (the trail cue encodes direction, order keeps it honest)
-        fidx = np.sort(np.stack([rng.choice(n_frames_total, config.frames_per_clip, replace=False)
-                                 for _ in rows]), axis=1)
-        clips = torch.from_numpy(train_clips[clip_of_pair[rows][:, None], fidx])   # [B, f, S, S, 3]
-        loss = train_step(model, opt, sched, autocast, tokens[rows], clips)
-        if step % max(1, config.steps // 10) == 0 or step == config.steps - 1:
-            log(f"step {step + 1}/{config.steps} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
+    t0 = time.time()
+    for step, (batch_tokens, clips) in enumerate(loader):
+        loss = train_step(model, opt, sched, autocast, batch_tokens, clips)
+        if step % max(1, steps // 10) == 0 or step == steps - 1:
+            log(f"step {step + 1}/{steps} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
     train_seconds = time.time() - t0
     metrics = evaluate(model, test_frames, [test.pairs[i].caption for i in test_kept], test_index)
-    record = {"config": asdict(config), "train_fingerprint": train.fingerprint, "test_fingerprint":
+    record = {"config": asdict(config), "steps": steps, "train_fingerprint": train.fingerprint, "test_fingerprint":
               test.fingerprint, "train_seconds": train_seconds, "metrics": metrics, "code_version": CODE_VERSION,
               "device": str(device), "precision": precision, "skipped_videos": {"train": train_bad, "test": test_bad}}
     save_backbone(model, out_path, record=json.dumps(record))

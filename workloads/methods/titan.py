@@ -182,30 +182,9 @@ class BiasCorrectionHead(nn.Module):
         return vid_loss(v, self.mi_video(c), self.mi_video_scale) + vid_loss(t, self.mi_text(c), self.mi_text_scale)
 
 
-def titan_source_note(dataset: str, root: str | None = None, options: dict[str, Any] | None = None,
-                      source_dataset: str = "") -> str | None:
-    """One line for a plan when TITAN's bias-correction head cannot be trained for trials on `dataset` (None when it
-    can): the checkpoint's source train split must be the dataset's own train split (query shift) and exist. Reads
-    only annotations (the dataset's loader), no video."""
-    from workloads.datasets import create_dataset
-    from workloads.datasets.base import DatasetError
-
-    if source_dataset == "pretrained":
-        return (f"titan on {dataset}: bias-correction head off (a zero-shot checkpoint has no source train split; "
-                f"re-matching and counterfactual queries run)")
-    if source_dataset and source_dataset != dataset:
-        return (f"titan on {dataset}: bias-correction head off (the source {source_dataset}'s train split is not "
-                f"passed to trials on {dataset}; re-matching and counterfactual queries run)")
-    try:
-        n = len(create_dataset(dataset, root=root, **(options or {})).train_split())
-    except (DatasetError, OSError, ValueError) as err:
-        return f"titan on {dataset}: bias-correction head off (no train split: {str(err).splitlines()[0]})"
-    if n == 0:
-        return f"titan on {dataset}: bias-correction head off (the train split is empty)"
-    return None
 
 
-@register_method("titan", order=7)
+@register_method("titan", order=7, source_stage="bias-correction head")
 class TITAN(TTAMethod):
     lr = {"v2t": 1e-5, "t2v": 1e-5}
     paper_derived = ("TITAN (Li et al. 2023), no authors' code: re-matching (Eq. 5), counterfactual word deletion "

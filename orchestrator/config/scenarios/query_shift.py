@@ -130,6 +130,7 @@ class QueryShift(Scenario):
         out.sort(key=lambda t: 0 if t.name.endswith("_mean") or t.keys.get("severity") == 0 else 1)
         if metric is None:
             out += self._hubness_tables(plain, order)
+            out += self._diagnostics_tables(plain, order)
         return out
 
     def _metric_tables(self, df: pd.DataFrame, order: TableOrder, metric: str) -> list[Table]:
@@ -215,4 +216,41 @@ class QueryShift(Scenario):
             k = int(part["hub_k"].dropna().iloc[0]) if part["hub_k"].notna().any() else 10
             out.append(Table("hubness", f"Hubness at k={k} (Table 13): {ds}, {direction} (lower: less hubness)",
                              rows, cols, cells, {"dataset": ds, "direction": direction}, 3, False))
+        return out
+
+    @staticmethod
+    def _diagnostics_tables(df: pd.DataFrame, order: TableOrder) -> list[Table]:
+        """TCR's Table 12 per dataset: the uniformity of the query embeddings (higher: more spread) and their modality
+        gap to the gallery (lower: closer; workloads/metrics.py), with R@1, per direction: for the clean queries and
+        the shifted ones before adaptation (reference rows; their R@1 is Source's), then after each method adapted;
+        means over the shifted cells. Only where trials report them."""
+        if not len(df) or "uniformity_adapted" not in df:
+            return []
+        measures = {"uniformity": ("uniformity_{}", True), "modality gap": ("modality_gap_{}", False),
+                    "R@1": ("R1", True)}
+        out = []
+        for ds, part in df.groupby("dataset", sort=False):
+            directions = [d for d in ("v2t", "t2v") if (part["direction"] == d).any()]
+            cols = [(name, d) for name in measures for d in directions]
+            recs = part.to_dict("records")
+            rows, cells = [], {}
+            for b in order.backbones:
+                mine = [t for t in recs if t["backbone"] == b]
+                if not mine:
+                    continue
+                shifted = [t for t in mine if t["perturbation"] != CLEAN]
+                refs = [((b, "clean queries"), [t for t in mine if t["perturbation"] == CLEAN], "clean"),
+                        ((b, "shifted, before adaptation"), shifted, "shifted")]
+                adapted = [(r, [t for t in shifted if t["row"] == r[1]], "adapted")
+                           for r in order.rows(part) if r[0] == b]
+                for row, trials, stage in refs + adapted:
+                    rows.append(row)
+                    for name, d in cols:
+                        group = [t for t in trials if t["direction"] == d]
+                        if name == "R@1" and stage != "adapted":   # a reference row's R@1: Source's, where it ran
+                            group = [t for t in group if t["row"] == "source"] or group
+                        cells[(row, (name, d))] = combine(group, measures[name][0].format(stage))
+            out.append(Table("diagnostics", f"Uniformity and modality gap (TCR's Table 12): {ds}, mean over the "
+                             "shifted cells", rows, cols, cells, {"dataset": ds}, 3,
+                             {name: higher for name, (_, higher) in measures.items()}))
         return out

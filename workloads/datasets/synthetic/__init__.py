@@ -3,8 +3,9 @@ H.264 .mp4 files plus annotation files in MSRVTT's layout, so the MSRVTT loader 
 unchanged. Registered as
     `synthetic`     the embedded default: generator version 1 ("Version 1" below), domain A;
     `synthetic_v2`  generator version 2 (issue #12, "Version 2" below), domain A: native-size test clips with
-                    ordered events, measured as a calibrated default and not adopted (benchmarks/RESULTS.md
-                    section 5, "Calibration attempt": it ranks the perturbation types further from the paper);
+                    ordered events, measured as a calibrated default and not adopted
+                    (docs/notes/2026-11-results-history.md §5, "Calibration attempt": it ranks the perturbation types
+                    further from the paper);
     `synthetic_b`   domain B, version 1; `synthetic_c` domain C, version 1 (the zero-shot pretraining style: its
                     frames and captions train the embedded default's "pretrained CLIP").
 The generator version is part of the config digest, hence of the cache directory and of every key (checkpoints,
@@ -12,13 +13,13 @@ renders, ledger) that names the data's version: the two versions never mix.
 
 Version 2 (`synthetic_v2`): realistic native size and rate, content beyond colour, ordered captions
     Test (query) clips: `size` 128 px, `fps` 24, `num_frames` 72 (3 s), perturbed at that size and rate by the render
-    stage and only then resized to the model input, as real videos are (workloads/render_cache.py render_video).
-    Train clips show the same kind of scene over the same 3 s, drawn at `train_size` 64 px and `train_fps` 8 (24
-    frames): fine-tuning resizes every clip to the model input (64 px) anyway, and a test clip drawn at 128 px and
-    area-downsampled to 64 px differs from the same clip drawn at 64 px by 3-4 grey levels on average, the two
-    draws' independent grain (benchmarks/RESULTS.md, section 5, "Calibration attempt"). Geometry is in frame units
-    and seconds, so one scene renders at any size / rate (workloads/datasets/synthetic/v2.py).
-    A clip: a background (pattern x colour, as version 1) and one of four event structures:
+    stage and only then resized to the model input, as real videos are (workloads/render_cache.py render_video). Train
+    clips show the same kind of scene over the same 3 s, drawn at `train_size` 64 px and `train_fps` 8 (24 frames):
+    fine-tuning resizes every clip to the model input (64 px) anyway, and a test clip drawn at 128 px and
+    area-downsampled to 64 px differs from the same clip drawn at 64 px by 3-4 grey levels on average, the two draws'
+    independent grain (docs/notes/2026-11-results-history.md §5, "Calibration attempt"). Geometry is in frame units and
+    seconds, so one scene renders at any size / rate (workloads/datasets/synthetic/v2.py). A clip: a background (pattern
+    x colour, as version 1) and one of four event structures:
         one     one object, one motion (left / right / up / down / still) for the whole clip;
         turn    one object that changes direction halfway (two different directions);
         pair    two objects, each with its own motion, both there from the start;
@@ -212,7 +213,7 @@ class SyntheticA(SyntheticDataset):
 class SyntheticV2(SyntheticDataset):
     """Generator version 2 (issue #12), domain A: test clips at 128 px, 24 fps, 3 s with ordered events. Measured as
     a candidate for the default and not adopted: it ranks the 12 perturbation types further from the paper than
-    version 1 (benchmarks/RESULTS.md section 5, "Calibration attempt")."""
+    version 1 (docs/notes/2026-11-results-history.md §5, "Calibration attempt")."""
     domain = "a"
     generator_version = 2
     option_defaults = {**SyntheticDataset.option_defaults, **V2_DEFAULTS}

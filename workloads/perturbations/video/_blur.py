@@ -1,20 +1,23 @@
 """Blur kernels and a batched 2-D correlation shared by motion_blur, video_defocus and snow.
 
 `FrameFilter.apply` reproduces `cv2.filter2D(frame, -1, kernel)` (correlation, BORDER_REFLECT_101, anchor at the
-kernel centre, result rounded and saturated to uint8) for a batch of frames, choosing per kernel the cheapest of:
+kernel centre, result rounded and saturated to uint8) for a batch of frames, choosing per kernel the cheaper of:
 
-- "cv2": kernels under `DFT_MIN_AREA` taps go through cv2.filter2D itself, frame by frame: byte-identical to the
-  reference's call;
-- "banded": larger kernels with few non-zero taps (the rotated line kernels of motion blur, small disks). For these
-  OpenCV itself switches to its DFT path (costly at 224 px). We crop the kernel to its non-zero support, split it
-  into bands of rows each below OpenCV's DFT threshold (so OpenCV's sparse direct path runs), correlate them with a
-  reflect-101-padded float32 copy of the frames (padded once per clip) and sum the bands in float32;
-- "fft": large dense kernels (big disks): all frames at once in the Fourier domain, reusing the frames' spectrum
-  (computed once per clip and shared by every kernel, severity and type).
-All three compute the same exact sum in float32; they can differ from one another by one grey level at the rare
-pixels whose exact value sits on a rounding boundary (tests bound this against cv2.filter2D).
+- "cv2": cv2.filter2D itself, frame by frame, byte-identical to the reference's call: every kernel under
+  `DFT_MIN_AREA` taps, and every dense kernel (the disks of defocus: OpenCV 5.0's own correlation measured
+  1.05-2.0x faster than the shared-spectrum FFT this module used before at 240x320, 1.6-3.5x at 720p, 1.25x slower
+  only for the 41 px disk at 224 px; and it is exact);
+- "banded": sparse kernels at or above that area (the rotated line kernels of motion blur, at most `SPARSE` of their
+  taps non-zero), for which OpenCV's DFT path does the work of a dense kernel. We crop the kernel to its non-zero
+  support, split it into bands of rows each below OpenCV's DFT threshold (so OpenCV's direct path runs), correlate
+  them with a reflect-101-padded float32 copy of the frames and sum the bands in float32: the same exact sum, which
+  can differ from cv2's by one grey level at the rare pixels whose value sits on a rounding boundary (tests bound
+  this against cv2.filter2D; 24 of 2.8 million values on a 12-frame 240x320 clip).
 Filtered results can be memoised per kernel (`key=`), because severities share kernels (e.g. the 13 px line is the
-short kernel of severity 5 and the long one of severity 2).
+short kernel of severity 5 and the long one of severity 2). What a FrameFilter keeps (the padded float32 frames,
+memoised results) is bounded by `cache_bytes` (first come, first kept): at 224-320 px everything fits, at 720p the
+padded copy is made frame by frame instead (the same numbers), so a 12-frame 720p clip does not hold ~0.3 GB of float
+copies (workloads/render_memory.py).
 
 `numpy_motion_blur` is the dependency-light stand-in for ImageMagick's MotionBlurImage used by snow
 (docs/faithfulness.md: Snow): a one-sided Gaussian-weighted shift-and-add along the blur direction with edge
@@ -28,18 +31,16 @@ from typing import Any, Sequence
 
 import cv2
 import numpy as np
-import scipy.fft
 
 # OpenCV's filter2D uses its DFT path from this kernel area on (x86 with SSE3: 130 for 8U->8U and 32F->32F; 50
 # elsewhere). Below it we call cv2.filter2D directly. Our band split uses the same limit; if it is wrong for a CPU
 # the bands are still correct, only slower.
 DFT_MIN_AREA = 130
 _BAND_AREA = 130 if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86") else 50
-# non-zero taps above which the shared-spectrum FFT beats OpenCV's direct correlation (measured at 224 px)
-DIRECT_MAX_TAPS = 200
+# the largest share of non-zero taps for which the banded direct path beats cv2.filter2D (lines: ~2/L; disks ~0.8)
+SPARSE = 0.25
 # frames are padded once by this many pixels (reflect-101); kernels up to (2*PAD+1)^2 share each padded copy
 DEFAULT_PAD = 12
-FFT_PAD = 20
 
 
 def line_kernel(angle_deg: float, length: int) -> np.ndarray:
@@ -96,41 +97,44 @@ def _bands(kernel: np.ndarray) -> list[tuple[np.ndarray, int, int]]:
     return bands
 
 
+CACHE_BYTES = 160 << 20  # what one FrameFilter keeps between calls (module docstring)
+
+
 class FrameFilter:
     """Correlate a fixed batch of uint8 frames [T, H, W, C] with many kernels (see module doc)."""
 
-    def __init__(self, frames: np.ndarray):
+    def __init__(self, frames: np.ndarray, cache_bytes: int | None = None):
         frames = np.asarray(frames)
         if frames.dtype != np.uint8 or frames.ndim != 4:
             raise ValueError(f"expected uint8 frames [T, H, W, C], got {frames.dtype} {frames.shape}")
         self.frames = frames
         self._padded: dict[int, np.ndarray] = {}
-        self._spectra: dict[int, tuple[np.ndarray, tuple[int, int]]] = {}
         self._results: dict[Any, np.ndarray] = {}
-        self.paths: dict[Any, str] = {}  # key -> "cv2" | "banded" | "fft", for meta and tests
+        self.paths: dict[Any, str] = {}  # key -> "cv2" | "banded", for meta and tests
+        self._budget = int(CACHE_BYTES if cache_bytes is None else cache_bytes)
 
-    def _padded_f32(self, pad: int) -> np.ndarray:
+    def _keep(self, nbytes: int) -> bool:
+        """Whether a cache entry of `nbytes` fits what is left of the budget (and take it if so)."""
+        if nbytes > self._budget:
+            return False
+        self._budget -= nbytes
+        return True
+
+    def _padded_f32(self, pad: int, i: int) -> np.ndarray:
+        """Frame i as float32, reflect-101 padded by `pad` ([H + 2 pad, W + 2 pad, C])."""
         if pad not in self._padded:
+            t, h, w, c = self.frames.shape
+            if not self._keep(t * (h + 2 * pad) * (w + 2 * pad) * c * 4):
+                return np.pad(self.frames[i].astype(np.float32), ((pad, pad), (pad, pad), (0, 0)), mode="reflect")
             f = self.frames.astype(np.float32)
             self._padded[pad] = np.pad(f, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="reflect")  # reflect-101
-        return self._padded[pad]
-
-    def _spectrum(self, pad: int) -> tuple[np.ndarray, tuple[int, int]]:
-        if pad not in self._spectra:
-            t, h, w, c = self.frames.shape
-            sh = scipy.fft.next_fast_len(h + 2 * pad, real=True)
-            sw = scipy.fft.next_fast_len(w + 2 * pad, real=True)
-            planes = self.frames.transpose(0, 3, 1, 2).astype(np.float32)  # [T, C, H, W]
-            # reflect-101 (numpy "reflect" does not repeat the edge), pad >= kernel radius on every side
-            padded = np.pad(planes, ((0, 0), (0, 0), (pad, sh - h - pad), (pad, sw - w - pad)), mode="reflect")
-            self._spectra[pad] = (scipy.fft.rfft2(padded, workers=1), (sh, sw))
-        return self._spectra[pad]
+        return self._padded[pad][i]
 
     def apply(self, kernels: np.ndarray | Sequence[np.ndarray], key: Any = None) -> np.ndarray:
         """`kernels`: one 2-D kernel for every frame, or a sequence with one kernel per frame (all the same odd
         size). Returns uint8 [T, H, W, C] = cv2.filter2D(frame_i, -1, kernel_i) for every i (up to the rounding
-        note in the module doc). With `key`, the result is memoised under it (the caller guarantees that equal
-        keys mean equal kernels); treat the returned array as read-only."""
+        note in the module doc). With `key`, the result is memoised under it while the cache budget allows (the
+        caller guarantees that equal keys mean equal kernels); treat the returned array as read-only."""
         if key is not None and key in self._results:
             return self._results[key]
         t, h, w, c = self.frames.shape
@@ -144,42 +148,28 @@ class FrameFilter:
         ry, rx = kh // 2, kw // 2
         taps = max(int(np.count_nonzero(k)) for k in ks)
         out = np.empty_like(self.frames)
-        if kh * kw < DFT_MIN_AREA:
+        if kh * kw < DFT_MIN_AREA or taps > SPARSE * kh * kw:
             path = "cv2"
             for i in range(t):
                 cv2.filter2D(self.frames[i], -1, ks[i], dst=out[i])
-        elif taps <= DIRECT_MAX_TAPS:
+        else:
             path = "banded"
             pad = max(DEFAULT_PAD, ry, rx)
-            padded = self._padded_f32(pad)
             acc = np.empty((h, w, c), np.float32)
             for i in range(t):
+                padded = self._padded_f32(pad, i)
                 acc.fill(0.0)
                 for band, top, left in _bands(ks[i]):
                     bh, bw = band.shape
                     oy, ox = pad + top - ry, pad + left - rx
-                    view = padded[i, oy:oy + h + bh - 1, ox:ox + w + bw - 1]
+                    view = padded[oy:oy + h + bh - 1, ox:ox + w + bw - 1]
                     res = cv2.filter2D(view, cv2.CV_32F, band, anchor=(0, 0), borderType=cv2.BORDER_REFLECT_101)
                     acc += res[:h, :w]
                 cv2.convertScaleAbs(acc, dst=out[i])  # round half to even + saturate, like filter2D's output
-        else:
-            path = "fft"
-            pad = max(FFT_PAD, ry, rx)
-            spec, (sh, sw) = self._spectrum(pad)
-            # circular convolution with the flipped kernel centred on (0, 0) == correlation with the kernel
-            uniq = ks if per_frame else ks[:1]
-            g = np.zeros((len(uniq), sh, sw), np.float32)
-            for i, k in enumerate(uniq):
-                g[i, :kh, :kw] = k[::-1, ::-1]
-            g = np.roll(g, (-ry, -rx), axis=(1, 2))
-            kspec = scipy.fft.rfft2(g, workers=1)[:, None]  # [T or 1, 1, sh, sw//2+1]
-            res = scipy.fft.irfft2(spec * kspec, s=(sh, sw), workers=1, overwrite_x=True)
-            for i in range(t):
-                merged = cv2.merge([res[i, ch, pad:pad + h, pad:pad + w] for ch in range(c)])
-                cv2.convertScaleAbs(merged.reshape(h, w, c), dst=out[i])
         if key is not None:
-            self._results[key] = out
             self.paths[key] = path
+            if self._keep(out.nbytes):
+                self._results[key] = out
         return out
 
 

@@ -17,12 +17,14 @@ import numpy as np
 from workloads.perturbations.video._blur import FrameFilter
 from workloads.perturbations.video._registry import ClipContext
 
+# the types reading this module's memo entries: they stay until the last request of either is rendered
+USERS = ("motion_blur", "video_defocus")
 FARNEBACK = dict(pyr_scale=0.5, levels=3, winsize=15, iterations=3, poly_n=5, poly_sigma=1.2, flags=0)
 
 
 def _gray(ctx: ClipContext, k: int) -> np.ndarray:
     # RGB2GRAY on RGB == the reference's BGR2GRAY on BGR (same weights on the same channels)
-    return ctx.memo(("_flow.gray", k), lambda: cv2.cvtColor(ctx.video[k], cv2.COLOR_RGB2GRAY))
+    return ctx.memo(("_flow.gray", k), lambda: cv2.cvtColor(ctx.video[k], cv2.COLOR_RGB2GRAY), users=USERS)
 
 
 def _motion(ctx: ClipContext, k: int) -> tuple[np.ndarray, float]:
@@ -46,9 +48,9 @@ def motion_stats(ctx: ClipContext) -> tuple[np.ndarray, list[float]]:
         masks = np.stack([per_index[int(k)][0] for k in ctx.indices])
         return masks, [per_index[int(k)][1] for k in ctx.indices]
 
-    return ctx.memo("_flow.motion_stats", compute)
+    return ctx.memo("_flow.motion_stats", compute, users=USERS)
 
 
 def frame_filter(ctx: ClipContext) -> FrameFilter:
-    """A FrameFilter over the sampled frames, shared (with its cached spectra) by both blur types."""
-    return ctx.memo("_flow.frame_filter", lambda: FrameFilter(ctx.sampled))
+    """A FrameFilter over the sampled frames, shared (with its padded copy and results) by both blur types."""
+    return ctx.memo("_flow.frame_filter", lambda: FrameFilter(ctx.sampled), users=USERS)

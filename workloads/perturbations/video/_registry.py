@@ -1,8 +1,11 @@
 """Registry and shared per-clip context for the MLVP video perturbations.
 
 A perturbation is a function `fn(ctx, severity, rng) -> (frames, meta)`:
-- `ctx` is the ClipContext of one source video: all decoded frames, the uniform sample indices, the assets, and a
-  memo so work shared across types and severities (the uniform sample, optical flow, ...) is done once per video;
+- `ctx` is the ClipContext of one source video: the decoded frames its types read (or every frame), the uniform
+  sample indices, the assets, the requests being rendered, and a memo so work shared across types and severities
+  (the uniform sample, optical flow, ...) is done once per video. A memo entry belongs to the type that made it (or
+  to the types named with `users=`) and is dropped once their last request is rendered (`iter_render` in
+  __init__.py), so a render of every type holds one type's working set at a time, not the sum;
 - `severity` is 1..5; `rng` a numpy Generator seeded by the caller;
 - it returns uint8 [num_frames, H, W, 3] at the input resolution and a JSON-able meta dict that must contain
   `faithful` (bool: true when the reference algorithm and its real assets were used) and, when not faithful,
@@ -25,7 +28,7 @@ class ClipContext:
     """One source video and everything renderings of it may share."""
 
     def __init__(self, video: np.ndarray, num_frames: int = 12, assets: dict[str, Any] | None = None,
-                 clip_seed: int | None = None):
+                 clip_seed: int | None = None, requests: Iterable[tuple[str, int, int]] = ()):
         from workloads.video_io import SparseVideo
 
         if not isinstance(video, SparseVideo):  # a SparseVideo holds some frames of the clip, each contiguous
@@ -40,7 +43,10 @@ class ClipContext:
         self.indices = uniform_indices(len(video), self.num_frames)
         self.assets = dict(assets or {})
         self.clip_seed = clip_seed
+        self.requests = [(str(n), int(s), int(seed)) for n, s, seed in requests]  # what this render will make
+        self.current: str | None = None  # the type being rendered (set by iter_render): owner of new memo entries
         self._memo: dict[Any, Any] = {}
+        self._users: dict[Any, frozenset[str]] = {}
 
     def clip_rng(self, name: str, fallback: np.random.Generator) -> np.random.Generator:
         """A random stream for choices made once per clip and type, shared by all severities (e.g. the style image),
@@ -54,14 +60,48 @@ class ClipContext:
     @property
     def sampled(self) -> np.ndarray:
         """The `num_frames` frames picked by the uniform rule (docs/faithfulness.md: Common pipeline)."""
-        return self.memo("sampled", lambda: np.ascontiguousarray(self.video[self.indices]))
+        return self.memo("sampled", lambda: np.ascontiguousarray(self.video[self.indices]), users=CLIP)
 
-    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+    def severities(self, name: str) -> list[int]:
+        """The severities of `name` this render makes, in request order (a type can share one pass over the clip
+        between them: H.264 encodes them side by side)."""
+        return [s for n, s, _ in self.requests if n == name]
+
+    def frames_in_order(self):
+        """Every frame of the clip in display order, one at a time: from the array, or streamed from the file of a
+        SparseVideo read with `stream=True` (workloads/video_io.py: iter_video), so a type that reads the whole
+        clip once (H.264) never holds it."""
+        from workloads.video_io import SparseVideo
+
+        if isinstance(self.video, SparseVideo):
+            return self.video.iter_frames()
+        return iter(self.video)
+
+    def memo(self, key: Any, compute: Callable[[], Any], users: Iterable[str] | str | None = None) -> Any:
+        """`compute()` once per clip. The entry is kept while a request of one of its `users` (type names; default
+        the type being rendered; CLIP: the whole clip) remains to be rendered (see `release`)."""
         if key not in self._memo:
             self._memo[key] = compute()
+            if users is None:
+                users = None if self.current is None else (self.current,)
+            if users is not None and users != CLIP:
+                self._users[key] = frozenset([users] if isinstance(users, str) else users)
         return self._memo[key]
 
+    def forget(self, key: Any) -> None:
+        """Drop one memo entry now (a type that knows it is done with it)."""
+        self._memo.pop(key, None)
+        self._users.pop(key, None)
 
+    def release(self, remaining: Iterable[str]) -> None:
+        """Drop every memo entry none of whose users is in `remaining` (the types still to be rendered)."""
+        remaining = set(remaining)
+        for key, users in list(self._users.items()):
+            if not users & remaining:
+                self.forget(key)
+
+
+CLIP = "clip"  # ClipContext.memo(users=CLIP): kept for the whole clip (the uniform sample)
 PerturbFn = Callable[[ClipContext, int, np.random.Generator], "tuple[np.ndarray, dict]"]
 # which decoded frames a rendering reads: fn(n frames, uniform indices, severity, seed) -> indices, or None for all
 FramesFn = Callable[[int, np.ndarray, int, int], "Iterable[int] | None"]
@@ -83,7 +123,14 @@ def neighbour_frames(n: int, indices: np.ndarray, severity: int, seed: int) -> I
 
 
 def all_frames(n: int, indices: np.ndarray, severity: int, seed: int) -> None:
+    """Every frame, decoded and held at once (no registered type needs this any more)."""
     return None
+
+
+def stream_frames(n: int, indices: np.ndarray, severity: int, seed: int) -> Iterable[int]:
+    """Every frame once, in display order, through ClipContext.frames_in_order (H.264 re-encodes the whole clip):
+    nothing is decoded up front or held (read_for streams the file)."""
+    return ()
 LEVELS = ("low", "mid", "high")  # the paper's three-level hierarchy (pixel, motion/object, semantic/temporal)
 
 
@@ -113,6 +160,11 @@ class PerturbationInfo:
     doc: str
     frames: FramesFn = sampled_frames  # the decoded frames it reads (a render decodes only what its types read)
 
+    @property
+    def streams(self) -> bool:
+        """Reads every frame once in order (ClipContext.frames_in_order) instead of holding decoded frames."""
+        return self.frames is stream_frames
+
 
 VIDEO_PERTURBATIONS = Registry("video perturbation", package="workloads.perturbations.video")
 
@@ -138,11 +190,12 @@ def get(name: str) -> PerturbationInfo:
     return VIDEO_PERTURBATIONS.lookup(name)
 
 
-def frames_needed(requests: Iterable[tuple[str, int, int]], n: int, num_frames: int = 12) -> set[int] | None:
-    """The union of the decoded frames the (name, severity, seed) requests read from an n-frame video (the uniform
-    sample always: clean clips use it), or None when one of them reads every frame."""
+def frames_needed(requests: Iterable[tuple[str, int, int]], n: int, num_frames: int = 12,
+                  sample: bool = True) -> set[int] | None:
+    """The union of the decoded frames the (name, severity, seed) requests read from an n-frame video (and the
+    uniform sample when `sample`: clean clips use it), or None when one of them reads every frame."""
     indices = uniform_indices(n, num_frames)
-    needed = {int(i) for i in indices}
+    needed = {int(i) for i in indices} if sample else set()
     for name, severity, seed in requests:
         more = get(name).frames(n, indices, int(severity), int(seed))
         if more is None:
@@ -165,6 +218,17 @@ def find_files(folder: str, extensions: tuple[str, ...]) -> tuple[str, ...]:
     found = [os.path.abspath(os.path.join(root, f)) for root, _dirs, files in os.walk(folder)
              for f in files if f.lower().endswith(extensions)]
     return tuple(sorted(found))
+
+
+# frame pixels a type turns into float at once: all 12 frames of a 320x240 clip, 2 of a 720p one (a float32 copy of
+# 12 720p frames is 133 MB, and a type makes several), so a clip's working set stays bounded (render_memory.py)
+CHUNK_PIXELS = 1 << 21
+
+
+def frame_chunks(t: int, h: int, w: int) -> list[slice]:
+    """Consecutive slices of a clip's t frames of h x w, each of at most CHUNK_PIXELS pixels (at least 1 frame)."""
+    step = max(1, CHUNK_PIXELS // max(1, h * w))
+    return [slice(a, min(t, a + step)) for a in range(0, t, step)]
 
 
 def to_float(frames: np.ndarray) -> np.ndarray:

@@ -29,6 +29,12 @@ STYLE_SHORT_SIDE = 512
 ADAIN_EPS = 1e-5
 
 
+# frame pixels encoded and decoded at once: VGG-19's first block holds ~250 float32 values per pixel (64 channels,
+# padded copies, ReLU outputs), so 4 Mpx at once peaked at 3.1 GB (12 frames of 640x360); 1 Mpx is one 720p frame
+# (workloads/render_memory.py)
+CHUNK_PIXELS = 1 << 20
+
+
 def _nn():
     import torch.nn as nn  # torch is imported lazily so importing the perturbation registry stays cheap
 
@@ -155,10 +161,11 @@ class AdaIN:
             return t * alpha + content_feat * (1 - alpha)
 
     def content_features(self, frames: np.ndarray, chunk: int | None = None) -> list:
-        """Encode uint8 [T, H, W, 3] frames (ToTensor only, as the reference) in memory-bounded chunks."""
+        """Encode uint8 [T, H, W, 3] frames (ToTensor only, as the reference) in memory-bounded chunks of
+        CHUNK_PIXELS."""
         frames = np.asarray(frames)
         t, h, w, _ = frames.shape
-        chunk = chunk or max(1, (4 << 20) // max(1, h * w))
+        chunk = chunk or max(1, CHUNK_PIXELS // max(1, h * w))
         out = []
         for i in range(0, t, chunk):
             x = np.ascontiguousarray(frames[i:i + chunk].transpose(0, 3, 1, 2), dtype=np.float32) / 255.0

@@ -12,7 +12,8 @@ mode "reflect"); out = trunc(255 * clip(v, 0, 1)).
 
 Speed-ups with the same maths: the Gaussian filter is applied as two dense 1-D operator matrices (exactly scipy's
 reflect-mode kernel, but O(n^2) instead of O(n * 6 sigma) per line for the sigma = 170.8 case), and the bilinear
-resampling weights/indices are computed once and gathered for all frames and channels at once.
+resampling weights/indices are computed once and gathered for all frames and channels of a chunk at once (a few
+frames at a time at HD: registry.frame_chunks).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from functools import lru_cache
 import cv2
 import numpy as np
 
-from workloads.perturbations.video._registry import ClipContext, register
+from workloads.perturbations.video._registry import ClipContext, frame_chunks, register
 
 PARAMS = (
     (244 * 2, 244 * 0.7, 244 * 0.1),
@@ -94,23 +95,29 @@ def elastic_distortion(ctx: ClipContext, severity: int, rng: np.random.Generator
     dy = (smooth_field(rng.uniform(-1, 1, size=(h, w)), sigma) * alpha).astype(np.float32)
     idx, wts = bilinear_plan(dy.astype(np.float64), dx.astype(np.float64))
 
-    # warp each frame (x/255, float32) into a pixel-major buffer [H*W, T*C] so one row gather serves all frames
-    warped = np.empty((h, w, t, c), np.float32)
-    scaled = frames.astype(np.float32)
-    scaled /= np.float32(255.0)
-    for i in range(t):
-        warped[:, :, i, :] = cv2.warpAffine(scaled[i], affine, (w, h), borderMode=cv2.BORDER_REFLECT_101)
-    flat = warped.reshape(h * w, t * c)
-    acc = np.take(flat, idx[0], axis=0)
-    acc *= wts[0][:, None]
-    for j in range(1, 4):
-        tap = np.take(flat, idx[j], axis=0)
-        tap *= wts[j][:, None]
-        acc += tap
-    np.clip(acc, 0.0, 1.0, out=acc)
-    acc *= np.float32(255.0)
+    # warp each frame (x/255, float32) into a pixel-major buffer [H*W, T*C] so one row gather serves all frames of a
+    # chunk (frame_chunks: a few frames at a time at HD, all at 224-320 px)
     out = np.empty_like(frames)
-    np.copyto(out, acc.reshape(h, w, t, c).transpose(2, 0, 1, 3), casting="unsafe")  # truncation
+    for part in frame_chunks(t, h, w):
+        sub = frames[part]
+        k = len(sub)
+        warped = np.empty((h, w, k, c), np.float32)
+        scaled = sub.astype(np.float32)
+        scaled /= np.float32(255.0)
+        for i in range(k):
+            warped[:, :, i, :] = cv2.warpAffine(scaled[i], affine, (w, h), borderMode=cv2.BORDER_REFLECT_101)
+        del scaled
+        flat = warped.reshape(h * w, k * c)
+        acc = np.take(flat, idx[0], axis=0)
+        acc *= wts[0][:, None]
+        for j in range(1, 4):
+            tap = np.take(flat, idx[j], axis=0)
+            tap *= wts[j][:, None]
+            acc += tap
+        del flat, warped, tap
+        np.clip(acc, 0.0, 1.0, out=acc)
+        acc *= np.float32(255.0)
+        np.copyto(out[part], acc.reshape(h, w, k, c).transpose(2, 0, 1, 3), casting="unsafe")  # truncation
     meta = {"faithful": True, "alpha": round(alpha, 4), "sigma": round(sigma, 4), "affine_mag": round(mag, 4),
             "max_displacement_px": round(float(np.hypot(dx, dy).max()), 3)}
     return out, meta

@@ -3,13 +3,13 @@ W), initial wibble
 100 divided by `wibbledecay` each octave, normalised to [0, 1]), cropped to H x W, scaled by the intensity and added
 to every sampled frame; then per frame x' = (x + fog) * m / (m + intensity) with m = max(x) over the frame (1.0 for an
 all-black frame), clipped to [0, 1]. (intensity, wibbledecay) = [(1.5,2), (2,2), (2.5,1.7), (2.5,1.5), (3,1.4)].
-Computed on the 0-255 scale in float32, vectorised over frames.
+Computed on the 0-255 scale in float32, vectorised over the frames of a chunk (registry.frame_chunks).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from workloads.perturbations.video._registry import ClipContext, register
+from workloads.perturbations.video._registry import ClipContext, frame_chunks, register
 
 PARAMS = ((1.5, 2.0), (2.0, 2.0), (2.5, 1.7), (2.5, 1.5), (3.0, 1.4))
 
@@ -59,9 +59,12 @@ def fog(ctx: ClipContext, severity: int, rng: np.random.Generator):
     m = frames.reshape(len(frames), -1).max(axis=1).astype(np.float32) / np.float32(255.0)
     m[m == 0] = 1.0
     scale = m / (m + np.float32(intensity))
-    x = frames.astype(np.float32)
-    x += layer
-    x *= scale[:, None, None, None]
-    np.minimum(x, 255.0, out=x)  # never negative; (x + fog) * m / (m + I) <= 255 m up to rounding
+    out = np.empty_like(frames)
+    for part in frame_chunks(*frames.shape[:3]):  # a few frames in float at a time at HD
+        x = frames[part].astype(np.float32)
+        x += layer
+        x *= scale[part, None, None, None]
+        np.minimum(x, 255.0, out=x)  # never negative; (x + fog) * m / (m + I) <= 255 m up to rounding
+        out[part] = x  # truncation to uint8
     meta = {"faithful": True, "intensity": intensity, "wibbledecay": decay, "mapsize": mapsize}
-    return x.astype(np.uint8), meta
+    return out, meta

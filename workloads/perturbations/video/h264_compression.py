@@ -37,9 +37,10 @@ from fractions import Fraction
 import av
 import numpy as np
 
-from workloads.perturbations.video._registry import ClipContext, register
+from workloads.perturbations.video._registry import ClipContext, register, stream_frames
 from workloads.video_io import uniform_indices
 
+NAME = "h264_compression"
 BITRATES = (500_000, 250_000, 100_000, 50_000, 25_000)
 PRESET = "fast"
 PIX_FMT = "yuv444p"  # what the CLI picks for bgr24 input when no -pix_fmt is given
@@ -47,6 +48,10 @@ DEFAULT_FPS = 30.0
 FPS_MAX_DENOMINATOR = 1_001_000  # ffmpeg's av_parse_video_rate bound
 # x264's SIMD levels up to SSE4.2: every x86-64 CPU of the last 15 years has them (x86-64-v2)
 X264_ASM_X86 = "MMX2,SSE,SSE2,SSE3,SSSE3,SSE4.1,SSE4.2"
+# peak memory of one libx264 encoder at preset fast, yuv444p, per frame pixel (look-ahead and reference frames):
+# measured 230 MB at 1280x720 (workloads/render_memory.py: how); ENCODE_BUDGET_BYTES bounds a pass's encoders
+ENCODER_BYTES_PER_PIXEL = 250
+ENCODE_BUDGET_BYTES = 768 << 20
 
 
 def x264_asm() -> str | None:
@@ -74,59 +79,94 @@ def _fps(ctx: ClipContext) -> float:
     return fps
 
 
-def _yuv_frames(ctx: ClipContext) -> list[av.VideoFrame]:
-    """The whole clip as yuv444p frames, converted once per clip and given to every severity's encoder as they are
-    (the encoder copies its input; numbered 0..n-1 in display order)."""
-
-    def compute():
-        frames = [av.VideoFrame.from_ndarray(frame, format="rgb24").reformat(format=PIX_FMT) for frame in ctx.video]
-        for i, frame in enumerate(frames):
-            frame.pts = i
-        return frames
-
-    return ctx.memo("_h264.yuv444p", compute)
+def encoders_per_pass(width: int, height: int) -> int:
+    """How many severities one pass over the clip encodes side by side within ENCODE_BUDGET_BYTES (at least 1)."""
+    return int(max(1, min(len(BITRATES), ENCODE_BUDGET_BYTES // (ENCODER_BYTES_PER_PIXEL * width * height))))
 
 
-def encode(yuv: list, width: int, height: int, bitrate: int, fps: float) -> tuple[list[bytes], bytes]:
-    """libx264 packets (bytes) of the yuv444p frames (planes [3, H, W] or av.VideoFrame), and the extradata
-    (SPS/PPS) they need."""
+def _to_yuv(frame: np.ndarray, pts: int) -> av.VideoFrame:
+    """One RGB frame as the yuv444p frame every encoder of a pass gets (the encoder copies its input)."""
+    # one swscale thread: the default spawns one per core, which only waits on a busy render actor's one CPU
+    yuv = av.VideoFrame.from_ndarray(frame, format="rgb24").reformat(format=PIX_FMT, threads=1)
+    yuv.pts = pts
+    return yuv
+
+
+def _encoded(ctx: ClipContext, bitrate: int, fps: float) -> tuple[list[bytes], list[int | None], bytes, int]:
+    """(packets, their pts, extradata, source frame count) of the clip at `bitrate`. The first call encodes this
+    bitrate and the next ones the clip's requests still need, in one pass (module docstring); kept per clip until
+    the severity is rendered."""
+    store = ctx.memo("_h264.encoded", dict)  # bitrate -> its encode, or None once that severity is rendered
+    if store.get(bitrate) is None:
+        h, w = ctx.video.shape[1:3]
+        todo = [bitrate] + [BITRATES[s - 1] for s in ctx.severities(NAME) if BITRATES[s - 1] not in store]
+        rates = list(dict.fromkeys(todo))[:encoders_per_pass(w, h)]
+        encoders = {rate: _Encoder(w, h, rate, fps) for rate in rates}
+        n = 0
+        for frame in ctx.frames_in_order():
+            yuv = _to_yuv(frame, n)
+            for enc in encoders.values():
+                enc.encode(yuv)
+            n += 1
+        for rate, enc in encoders.items():
+            store[rate] = (*enc.finish(), n)
+    return store[bitrate]
+
+
+def encode(yuv, width: int, height: int, bitrate: int, fps: float) -> tuple[list[bytes], bytes]:
+    """libx264 packets (bytes) of the yuv444p frames (an iterable of planes [3, H, W] or av.VideoFrame), and the
+    extradata (SPS/PPS) they need."""
     packets, _pts, extradata = _encode(yuv, width, height, bitrate, fps)
     return packets, extradata
 
 
-def _encode(yuv: list, width: int, height: int, bitrate: int, fps: float
+class _Encoder:
+    """libx264 as the reference's CLI call sets it up (module docstring), fed one yuv444p frame at a time."""
+
+    def __init__(self, width: int, height: int, bitrate: int, fps: float):
+        rate = Fraction(fps).limit_denominator(FPS_MAX_DENOMINATOR)
+        enc = av.CodecContext.create("libx264", "w")
+        enc.width, enc.height, enc.pix_fmt = width, height, PIX_FMT
+        enc.time_base = 1 / rate
+        enc.framerate = rate
+        enc.bit_rate = int(bitrate)
+        enc.flags |= av.codec.context.Flags.global_header  # headers out of band, as the CLI's mp4 muxer requests
+        enc.thread_count = 1
+        options = {"preset": PRESET, "threads": "1"}
+        asm = x264_asm()
+        if asm is not None:
+            options["x264-params"] = f"asm={asm}"
+        enc.options = options
+        self._enc = enc
+        self.packets: list[bytes] = []
+        self.pts: list[int | None] = []
+
+    def _take(self, out) -> None:
+        for p in out:
+            self.packets.append(bytes(p))
+            self.pts.append(p.pts)
+
+    def encode(self, frame: av.VideoFrame) -> None:
+        self._take(self._enc.encode(frame))
+
+    def finish(self) -> tuple[list[bytes], list[int | None], bytes]:
+        """Flush: (packets, each packet's presentation timestamp = its frame's display index, extradata)."""
+        self._take(self._enc.encode(None))
+        return self.packets, self.pts, bytes(self._enc.extradata or b"")
+
+
+def _encode(yuv, width: int, height: int, bitrate: int, fps: float
             ) -> tuple[list[bytes], list[int | None], bytes]:
     """encode(), plus each packet's presentation timestamp (= the display index of its frame)."""
-    rate = Fraction(fps).limit_denominator(FPS_MAX_DENOMINATOR)
-    enc = av.CodecContext.create("libx264", "w")
-    enc.width, enc.height, enc.pix_fmt = width, height, PIX_FMT
-    enc.time_base = 1 / rate
-    enc.framerate = rate
-    enc.bit_rate = int(bitrate)
-    enc.flags |= av.codec.context.Flags.global_header  # headers out of band, as the CLI's mp4 muxer requests
-    enc.thread_count = 1
-    options = {"preset": PRESET, "threads": "1"}
-    asm = x264_asm()
-    if asm is not None:
-        options["x264-params"] = f"asm={asm}"
-    enc.options = options
-    packets: list[bytes] = []
-    pts: list[int | None] = []
-
-    def take(out):
-        for p in out:
-            packets.append(bytes(p))
-            pts.append(p.pts)
-
+    enc = _Encoder(width, height, bitrate, fps)
     for i, planes in enumerate(yuv):
         if isinstance(planes, av.VideoFrame):
             frame = planes
         else:
             frame = av.VideoFrame.from_ndarray(planes, format=PIX_FMT)
         frame.pts = i
-        take(enc.encode(frame))
-    take(enc.encode(None))
-    return packets, pts, bytes(enc.extradata or b"")
+        enc.encode(frame)
+    return enc.finish()
 
 
 def decode(packets: list[bytes], extradata: bytes, wanted: set[int] | None
@@ -143,7 +183,7 @@ def decode(packets: list[bytes], extradata: bytes, wanted: set[int] | None
         nonlocal count
         for f in frames:
             if wanted is None or count in wanted:
-                kept[count] = f.to_ndarray(format="rgb24", interpolation="BICUBIC")
+                kept[count] = f.to_ndarray(format="rgb24", interpolation="BICUBIC", threads=1)
             count += 1
 
     for data in packets:
@@ -169,7 +209,7 @@ def decode_sampled(packets: list[bytes], pts: list[int | None], extradata: bytes
     def take(frames):
         for f in frames:
             if f.pts in wanted and f.pts not in kept:
-                kept[f.pts] = f.to_ndarray(format="rgb24", interpolation="BICUBIC")
+                kept[f.pts] = f.to_ndarray(format="rgb24", interpolation="BICUBIC", threads=1)
 
     for data, t in zip(packets, pts):
         dec.skip_frame = "DEFAULT" if t in wanted else "NONREF"
@@ -186,14 +226,13 @@ def decode_sampled(packets: list[bytes], pts: list[int | None], extradata: bytes
     return kept, (str(dec.pix_fmt), str(dec.profile))
 
 
-@register("h264_compression", order=5, level="low", full_video=True)
+@register("h264_compression", order=5, level="low", full_video=True, frames=stream_frames)
 def h264_compression(ctx: ClipContext, severity: int, rng: np.random.Generator):
     """Real libx264 encode + decode of the full clip at the severity's bitrate, then 12 uniform frames
     (docs/faithfulness.md: H.264 compression)."""
     bitrate = BITRATES[severity - 1]
     fps = _fps(ctx)
-    n, h, w = ctx.video.shape[:3]
-    packets, pts, extradata = _encode(_yuv_frames(ctx), w, h, bitrate, fps)
+    packets, pts, extradata, n = _encoded(ctx, bitrate, fps)
     nbytes = sum(len(p) for p in packets)
     wanted = uniform_indices(n, ctx.num_frames)
     sampled = decode_sampled(packets, pts, extradata, set(int(i) for i in wanted))
@@ -204,6 +243,7 @@ def h264_compression(ctx: ClipContext, severity: int, rng: np.random.Generator):
         if count != n:  # the codec dropped or added frames: sample from what it returned, as the reference does
             kept, count, _ = decode(packets, extradata, None)
             wanted = uniform_indices(count, ctx.num_frames)
+    ctx.memo("_h264.encoded", dict)[bitrate] = None  # this severity's packets are done with
     frames = np.stack([kept[int(i)] for i in wanted])
     meta = {
         "faithful": True,

@@ -18,7 +18,7 @@ import numpy as np
 from scipy.ndimage import zoom as scizoom
 
 from workloads.perturbations.video._blur import numpy_motion_blur
-from workloads.perturbations.video._registry import ClipContext, register
+from workloads.perturbations.video._registry import ClipContext, frame_chunks, register
 
 PARAMS = (
     (0.1, 0.3, 3.0, 0.5, 10, 4.0, 0.8),
@@ -62,19 +62,24 @@ def snow(ctx: ClipContext, severity: int, rng: np.random.Generator):
     t, h, w, _ = frames.shape
     curtain, angle = snow_curtain(h + (t - 1) * FALL_SPEED, w, severity, rng)
     rows = np.arange(t)[:, None] * FALL_SPEED + np.arange(h)[None, :]
-    layer = curtain[rows]  # [T, H, W]
-    layer = layer + layer[:, ::-1, ::-1]  # + rot180 of each frame's slice
 
-    # 0-255 scale, frames stacked as one [T*H, W, 3] image so OpenCV's per-pixel kernels run once per clip
-    x = frames.astype(np.float32).reshape(t * h, w, 3)
-    gray = cv2.cvtColor(x, cv2.COLOR_RGB2GRAY)  # == the reference's BGR2GRAY on BGR
-    gray *= 1.5
-    gray += 127.5
-    bright = cv2.max(x, cv2.cvtColor(gray, cv2.COLOR_GRAY2RGB))
-    y = cv2.addWeighted(x, blend, bright, 1.0 - blend, 0.0)
-    y += cv2.cvtColor(layer.reshape(t * h, w), cv2.COLOR_GRAY2RGB)
-    np.minimum(y, 255.0, out=y)  # every term is >= 0
-    frames_out = y.reshape(t, h, w, 3).astype(np.uint8)
+    # 0-255 scale, the frames of a chunk stacked as one [k*H, W, 3] image so OpenCV's per-pixel kernels run once per
+    # chunk (every frame of a 224-320 px clip at once; a few at HD: frame_chunks)
+    frames_out = np.empty_like(frames)
+    for part in frame_chunks(t, h, w):
+        k = part.stop - part.start
+        x = frames[part].astype(np.float32).reshape(k * h, w, 3)
+        gray = cv2.cvtColor(x, cv2.COLOR_RGB2GRAY)  # == the reference's BGR2GRAY on BGR
+        gray *= 1.5
+        gray += 127.5
+        bright = cv2.max(x, cv2.cvtColor(gray, cv2.COLOR_GRAY2RGB))
+        y = cv2.addWeighted(x, blend, bright, 1.0 - blend, 0.0)
+        del x, bright
+        layer = curtain[rows[part]]  # [k, H, W]
+        layer = layer + layer[:, ::-1, ::-1]  # + rot180 of each frame's slice
+        y += cv2.cvtColor(layer.reshape(k * h, w), cv2.COLOR_GRAY2RGB)
+        np.minimum(y, 255.0, out=y)  # every term is >= 0
+        frames_out[part] = y.reshape(k, h, w, 3)  # truncation to uint8
     meta = {"faithful": False, "fallback": FALLBACK, "blur_angle_deg": round(angle, 4),
             "curtain_height": int(curtain.shape[0]), "fall_speed_px": FALL_SPEED}
     return frames_out, meta

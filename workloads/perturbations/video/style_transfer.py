@@ -32,7 +32,8 @@ from typing import Any, Mapping, Sequence
 import cv2
 import numpy as np
 
-from workloads.perturbations.video._registry import AssetNeeds, ClipContext, find_files, register, to_float, to_uint8
+from workloads.perturbations.video._registry import (AssetNeeds, ClipContext, find_files, frame_chunks, register,
+                                                     to_float, to_uint8)
 from workloads.seeding import digest, file_digest, path_version
 
 ALPHAS = (0.2, 0.4, 0.6, 0.8, 1.0)
@@ -190,30 +191,42 @@ def proxy_stylize(frames: np.ndarray, style: np.ndarray, alpha: float, texture: 
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     styl = proxy_stylized(frames, style, texture) if stylized is None else stylized
-    return to_uint8(alpha * styl + (1.0 - alpha) * to_float(np.asarray(frames)))
+    frames = np.asarray(frames)
+    out = np.empty(frames.shape, np.uint8)
+    for part in frame_chunks(*frames.shape[:3]):  # a few frames' float temporaries at a time at HD
+        out[part] = to_uint8(alpha * styl[part] + (1.0 - alpha) * to_float(frames[part]))
+    return out
 
 
 def proxy_stylized(frames: np.ndarray, style: np.ndarray, texture: float = 1.0) -> np.ndarray:
-    """Steps 1-3 of `proxy_stylize` (alpha = 1), float RGB [T, H, W, 3] in [0, 1]."""
+    """Steps 1-3 of `proxy_stylize` (alpha = 1), float RGB [T, H, W, 3] in [0, 1]. The clip's Lab statistics need
+    every frame's Lab values at once; everything else runs a chunk of frames at a time (frame_chunks), the same
+    per-pixel arithmetic as on the whole clip."""
     frames = np.asarray(frames)
     t, h, w, _ = frames.shape
-    content = to_float(frames)
-    lab_c = _lab(content)
+    chunks = frame_chunks(t, h, w)
+    lab_c = np.empty(frames.shape, np.float32)
+    for part in chunks:
+        lab_c[part] = _lab(to_float(frames[part]))
     style_f = to_float(np.asarray(style, dtype=np.uint8))
     lab_s = _lab(style_f)
     mu_c, sd_c = lab_c.reshape(-1, 3).mean(0), lab_c.reshape(-1, 3).std(0)
     mu_s, sd_s = lab_s.reshape(-1, 3).mean(0), lab_s.reshape(-1, 3).std(0)
-    lab_t = (lab_c - mu_c) / (sd_c + 1e-3) * sd_s + mu_s
-    lab_t[..., 0] = np.clip(lab_t[..., 0], 0.0, 100.0)
-    styl = np.clip(_rgb(lab_t), 0.0, 1.0)
     sigma_space = max(2.0, min(h, w) / 48.0)
-    styl = np.stack([cv2.bilateralFilter(f, d=-1, sigmaColor=0.12, sigmaSpace=sigma_space) for f in styl])
     if texture:
         lab_tex = _lab(to_float(_cover(np.asarray(style, dtype=np.uint8), h, w)))
         detail = lab_tex[..., 0] - cv2.GaussianBlur(lab_tex[..., 0], (0, 0), 2.0)
-        lab_o = _lab(styl)
-        lab_o[..., 0] = np.clip(lab_o[..., 0] + texture * detail[None], 0.0, 100.0)
-        styl = np.clip(_rgb(lab_o), 0.0, 1.0)
+    styl = np.empty(frames.shape, np.float32)
+    for part in chunks:
+        lab_t = (lab_c[part] - mu_c) / (sd_c + 1e-3) * sd_s + mu_s
+        lab_t[..., 0] = np.clip(lab_t[..., 0], 0.0, 100.0)
+        out = np.clip(_rgb(lab_t), 0.0, 1.0)
+        out = np.stack([cv2.bilateralFilter(f, d=-1, sigmaColor=0.12, sigmaSpace=sigma_space) for f in out])
+        if texture:
+            lab_o = _lab(out)
+            lab_o[..., 0] = np.clip(lab_o[..., 0] + texture * detail[None], 0.0, 100.0)
+            out = np.clip(_rgb(lab_o), 0.0, 1.0)
+        styl[part] = out
     return styl
 
 

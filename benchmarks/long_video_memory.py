@@ -1,0 +1,139 @@
+"""Peak memory and time of rendering a long HD video, per perturbation type (issue #33 item 1).
+
+    python benchmarks/long_video_memory.py                       # a 3-minute 1280x720 30 fps clip, every type
+    python benchmarks/long_video_memory.py --seconds 60 --types h264_compression,video_defocus
+    python benchmarks/long_video_memory.py --calibrate            # the figures of workloads/render_memory.py
+
+Generates the clip once (cached in --dir, default $TMPDIR/mlvp-long-video; benchmarks/real_video.py's generator:
+x264 veryfast crf 23, High profile, 3 B-frames, a keyframe every 5 s, a camera panning over a textured scene with a
+moving disc, a frame counter and film grain), then renders each type's five severities with render_video in a fresh
+process (workloads/render_memory.py `measure`: the process imports cv2 and torch first, as a render actor does) and
+prints its peak RSS (ru_maxrss), its RSS after the imports, CPU and wall seconds, and the memory model's figure
+(`render_bytes`) beside it. Goal: every type <= 2 GB on the 3-minute 720p clip. `--together` also renders every
+type in one process (the bench's whole-clip path). `--adain` adds style transfer with random-initialised AdaIN
+weights (the faithful path's networks on the CPU).
+
+--calibrate measures every type on 10 s clips at 640x360 and 1280x720 and prints, per type, the fit of its working
+set (peak - base, H.264's encoders subtracted) as fixed + per-pixel: workloads/render_memory.py's WORKING_SET.
+"""
+# ruff: noqa: E402  (the thread-count variables must be set before numpy/OpenCV are imported)
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import argparse
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.real_video import generate
+from workloads.perturbations.video import NAMES
+from workloads.render_memory import measure, render_bytes
+
+GIB = 1 << 30
+LIMIT = 2 * GIB
+
+
+def clip(folder: Path, seconds: int, width: int, height: int) -> Path:
+    path = folder / f"{seconds}s_{width}x{height}_gop150.mp4"
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        t0 = time.time()
+        print(f"generating {path} ...", file=sys.stderr, flush=True)
+        generate(path, seconds, width, height, 150)
+        print(f"  {time.time() - t0:.0f} s, {path.stat().st_size / 1e6:.1f} MB", file=sys.stderr, flush=True)
+    return path
+
+
+def row(name: str, path: Path, width: int, height: int, frames: int, severities, adain: bool = False) -> dict:
+    t0 = time.time()
+    r = measure(path, name.split(","), severities, adain_weights=adain)
+    model = render_bytes(width, height, frames, None if "," in name else name, adain_weights=adain)
+    bad = {p: s for p, s in r["status"].items() if set(s) != {"ok"}}
+    print(f"  {name}{' (AdaIN)' if adain else ''}: peak {r['peak_bytes'] / GIB:.2f} GiB, {r['cpu_s']:.1f} s cpu, "
+          f"{time.time() - t0:.0f} s wall{'; FAILED ' + str(bad) + ' ' + str(r['errors'][:1]) if bad else ''}",
+          file=sys.stderr, flush=True)
+    return {**r, "name": name + (" (AdaIN weights)" if adain else ""), "model": model, "failed": bad}
+
+
+def calibrate(folder: Path, names: list[str]) -> None:
+    """Measure every type on 10 s clips at two sizes and print the (fixed, per-pixel) fit of each working set
+    (workloads/render_memory.py WORKING_SET, ADAIN)."""
+    from workloads.perturbations.video.h264_compression import ENCODER_BYTES_PER_PIXEL, encoders_per_pass
+
+    sizes = ((640, 360), (1280, 720))
+    work = {n: [] for n in names + ["style_transfer (AdaIN)"]}
+    bases = []
+    for w, h in sizes:
+        path = clip(folder, 10, w, h)
+        for n in work:
+            adain = n.endswith("(AdaIN)")
+            r = measure(path, ["style_transfer" if adain else n], (1,) if adain else (1, 2, 3, 4, 5),
+                        adain_weights=adain)
+            extra = r["peak_bytes"] - r["base_bytes"]
+            if n == "h264_compression":
+                extra -= encoders_per_pass(w, h) * ENCODER_BYTES_PER_PIXEL * w * h
+            work[n].append(extra)
+            bases.append(r["base_bytes"])
+            print(f"  {w}x{h} {n}: peak {r['peak_bytes'] / 2**20:.0f} MiB, base {r['base_bytes'] / 2**20:.0f} MiB, "
+                  f"{r['cpu_s']:.1f} s cpu", file=sys.stderr, flush=True)
+    (w1, h1), (w2, h2) = sizes
+    p1, p2 = w1 * h1, w2 * h2
+    print(f"base RSS after imports: {min(bases) / 2**20:.0f} - {max(bases) / 2**20:.0f} MiB")
+    print("| type | above base at " + " | at ".join(f"{w}x{h}" for w, h in sizes) + " (MiB) | fixed MiB | B/px |")
+    print("|---|---|---|---|---|")
+    for n, (a, b) in work.items():
+        per = (b - a) / (p2 - p1)
+        print(f"| {n} | {a / 2**20:.0f} | {b / 2**20:.0f} | {max(a - per * p1, 0.0) / 2**20:.0f} | {per:.0f} |")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=int, default=180)
+    ap.add_argument("--size", default="1280x720", help="width x height (default 1280x720)")
+    ap.add_argument("--types", default="all", help="comma-separated types (default all registered, and clean)")
+    ap.add_argument("--together", action="store_true", help="also every type in one process")
+    ap.add_argument("--adain", action="store_true", help="also style transfer with random-init AdaIN weights")
+    ap.add_argument("--calibrate", action="store_true", help="measure PER_PIXEL on 10 s clips (module docstring)")
+    ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "mlvp-long-video")
+    args = ap.parse_args(argv)
+    names = ["clean", *NAMES] if args.types == "all" else args.types.split(",")
+    if args.calibrate:
+        calibrate(args.dir, names)
+        return 0
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    path = clip(args.dir, args.seconds, width, height)
+    frames = args.seconds * 30
+    rows = [row(n, path, width, height, frames, (1, 2, 3, 4, 5)) for n in names]
+    if args.adain:
+        rows.append(row("style_transfer", path, width, height, frames, (1, 2, 3, 4, 5), adain=True))
+    if args.together:
+        rows.append(row(",".join(n for n in names if n != "clean"), path, width, height, frames, (1, 2, 3, 4, 5)))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    print(f"Command: `python benchmarks/long_video_memory.py {' '.join(sys.argv[1:] if argv is None else argv)}`"
+          f" at commit {commit}")
+    print(f"Machine: {platform.machine()}, {os.cpu_count()} logical CPUs shared with other jobs, Python "
+          f"{platform.python_version()}; one thread everywhere. Clip: {args.seconds} s {width}x{height} 30 fps "
+          f"({frames} frames), five severities per type, each in a fresh process (imports cv2 and torch first).")
+    print()
+    print("| type | peak RSS GiB | RSS after imports GiB | model (render_bytes) GiB | <= 2 GiB | CPU s | wall s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        name = "every type in one process" if "," in r["name"] else r["name"]
+        ok = "yes" if r["peak_bytes"] <= LIMIT and not r["failed"] else "NO"
+        print(f"| {name} | {r['peak_bytes'] / GIB:.2f} | {r['base_bytes'] / GIB:.2f} | {r['model'] / GIB:.2f} | {ok} "
+              f"| {r['cpu_s']:.1f} | {r['wall_s']:.1f} |")
+    return 0 if all(r["peak_bytes"] <= LIMIT and not r["failed"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
