@@ -51,9 +51,10 @@ def test_report_by_name_tables_plots_and_mlflow(tiny_results):
     hub = cells[cells.table == "hubness"].set_index(["method", "group", "column"])
     assert hub.loc[("tent", "Robin Hood", "Clean"), "value"] == pytest.approx(
         by_cell[("tent", "clean", 0)]["hub_robin_hood"])
-    # best per column in bold, in the page and the Markdown
+    # best per column in bold, in the page and the Markdown, with its 95% interval (one seed: over queries)
     best = max(mean.loc[("source", "Avg"), "value"], mean.loc[("tent", "Avg"), "value"])
-    assert f"<b>{best:.1f}</b>" in page and f"**{best:.1f}**" in (out / "report.md").read_text()
+    assert f"<b>{best:.1f} ±" in page and f"**{best:.1f} ±" in (out / "report.md").read_text()
+    assert ((main_r1["low"] <= main_r1["value"] + 1e-9) & (main_r1["value"] <= main_r1["high"] + 1e-9)).all()
 
     # per-batch R@1 recorded by the trial: its batches (16 queries) average back to the trial's R@1
     for e in r.entries.values():
@@ -157,7 +158,14 @@ def test_ledger_entries_without_per_query_lists(tiny_results):
     full, light = ledger.entries(keys), ledger.entries(keys, lists=False)
     assert len(full) == len(light) == 10
     assert all(len(e["k_occurrence"]) == e["n_gallery"] and e["batch_R1"] for e in full)
-    assert light == [{k: v for k, v in e.items() if k not in PER_QUERY} for e in full]
+    # each query's share of R@1 stays (the tables' intervals read it), as float16 rather than a list
+    assert all(f.get("query_R1") for f in full if f["status"] == "ok")
+    for e, f in zip(light, full):
+        if f.get("query_R1"):
+            q = e.pop("query_R1")
+            assert isinstance(q, np.ndarray) and q.dtype == np.float16 and len(q) == f["n_queries"]
+            np.testing.assert_allclose(q, f["query_R1"], atol=1e-3)
+    assert light == [{k: v for k, v in e.items() if k not in (*PER_QUERY, "query_R1")} for e in full]
 
 
 def test_severity_figures_redrawn_in_one_figure_match_figures_drawn_alone(tmp_path):
