@@ -1,21 +1,21 @@
 """The full MLVP matrix on a simulated cluster: makespan of the overlapped hand-off against the lower bound and
 against the staged design (render everything, then run the trials), in one run.
 
-What is real: the plan of orchestrator/grids/full_mlvp.yaml (its trial list and its render sets, built from stand-in
-annotation files at the real test-split sizes, written to a temporary folder), the render-set order (`ordered_sets`),
-the render stream (orchestrator/stages/render.py `RenderStream`: Ray Data, an actor pool, each set announced as its last
-clip comes out), the `ReadyGate` (orchestrator/run/tune.py) that releases trials in plan order as their sets become
-ready, and Ray's scheduling of fractional GPUs. What is simulated: Ray runs with *logical* resources (`num_gpus=4` on a
-machine without GPUs), each render row and each trial sleeps for its cost from the cost model below, scaled down so a
-run takes minutes; checkpoints, checks and text sets count as ready (they are not part of the bound).
+What is real: the plan of orchestrator/grids/full_mlvp.yaml as `mlvp plan` makes it (`plan_for_sizing`, from stand-in
+annotation files at the real test-split sizes written to a temporary folder, no videos), the render-set order
+(`cost_ordered_sets`, as submit orders them), the render stream (orchestrator/stages/render.py `RenderStream`: Ray Data,
+an actor pool, each set announced as its last clip comes out), the `ReadyGate` (orchestrator/run/gate.py) that
+releases trials in plan order as their sets become ready, and Ray's scheduling of fractional GPUs. What is simulated:
+Ray runs with *logical* resources (`num_gpus=4` on a machine without GPUs), each render row and each trial sleeps for
+its cost, scaled down so a run takes minutes; checkpoints, checks and text sets count as ready (they are not part of
+the bound).
 
-Cost model (real seconds, printed by the run): a render set is every test clip of its dataset at one cell, each clip
-`--sec-per-clip` CPU seconds for its dataset (per-dataset defaults from clip lengths: MSRVTT 10-30 s clips, ActivityNet
-minutes; docs/notes/2026-11-results-history.md §10 measured ~0.16 s per rendering of a 10 s clip); a trial is
-ceil(queries / runtime.batch_size) batches of `--sec-per-batch` seconds on a GPU slot, `trials per GPU` = 1 /
-`--gpus-per-trial` (default the grid's runtime.gpus_per_trial). The default seconds per batch come from
-orchestrator/planning/cost_model.py (measured on an H200, docs/notes/2026-11-results-history.md §6): 0.28 s for one fp32
-trial alone on a GPU; K trials sharing a GPU each take K / 0.92 times as long.
+Cost model: orchestrator/planning/cost_model.py, the one `plan` uses (`PlanCosts`): a render row sleeps its clips x
+severities x one rendering of its dataset's clip (from the typical clip sizes there: no videos are on disk), a trial
+sleeps the seconds it holds its GPU slot. The run prints the totals of what it sleeps (render CPU-hours, trial
+GPU-hours) beside the line `plan` prints for the same grid; they are equal to the second (tests/test_cost_model.py).
+`--cost FIELD=VALUE,...` replaces figures of the cost model (both sides then use them), `--gpus-per-trial` the grid's
+runtime.gpus_per_trial.
 
 Granularity, so that a 2-core machine can start the simulated cluster: a render actor stands for
 `--cpus-per-actor` CPUs (it holds that many logical CPUs and sleeps 1/that of a row's CPU cost); the actors of the
@@ -39,13 +39,14 @@ rendering (the issue's formula) and with the CPUs the trial slots hold taken out
 GPUs fed can use for rendering).
 
     python benchmarks/cluster_sim.py                        # full_mlvp, 64 CPUs, 4 GPUs x 1 slot, ~3-6 min
+    python benchmarks/cluster_sim.py --totals-only          # the cost model's totals beside plan's line, no Ray
+    python benchmarks/cluster_sim.py --grid my_grid.yaml --totals-only   # the same for another grid
     python benchmarks/cluster_sim.py --datasets msrvtt --executor tune --designs overlap --target 60
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import tempfile
@@ -61,8 +62,7 @@ os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
 
 # real test-split sizes (workloads/datasets/*: MSRVTT 1k-A, ActivityNet val1, LSMDC test, MSVD test, DiDeMo test)
 TEST_SIZES = {"msrvtt": 1000, "activitynet": 4917, "lsmdc": 1000, "msvd": 670, "didemo": 1004}
-# CPU seconds per rendered clip (one perturbation x severity), from typical clip lengths
-SEC_PER_CLIP = {"msrvtt": 0.24, "activitynet": 1.9, "lsmdc": 0.08, "msvd": 0.16, "didemo": 0.45}
+FULL_GRID = REPO / "orchestrator" / "grids" / "full_mlvp.yaml"
 
 
 def write_annotations(root: Path, sizes: dict[str, int]) -> None:
@@ -94,22 +94,25 @@ def write_annotations(root: Path, sizes: dict[str, int]) -> None:
     w(root / "DiDeMo/train_anno.jsonl", json.dumps({"clip_id": "t@N00", "text": "train."}) + "\n")
 
 
-def full_plan(tmp: Path, datasets: list[str] | None):
-    from orchestrator.config.grid import load_grid
-    from orchestrator.planning.paths import Paths
-    from orchestrator.planning.plan import build_plan
-
+def stand_in_inputs(tmp: Path) -> dict[str, str]:
+    """Stand-in annotations at the real test-split sizes and a stand-in weights file under `tmp`; returns the
+    environment variables orchestrator/grids/full_mlvp.yaml reads (MLVP_DATA, MLVP_WEIGHTS)."""
     write_annotations(tmp / "data", TEST_SIZES)
     weights = tmp / "clip_vit_b32.bin"
     import torch
 
     torch.save({}, weights)   # a stand-in in the weights format: planning digests it, no trial loads it
-    os.environ["MLVP_DATA"], os.environ["MLVP_WEIGHTS"] = str(tmp / "data"), str(weights)
-    text = (REPO / "orchestrator" / "grids" / "full_mlvp.yaml").read_text()
-    grid_file = tmp / "full_mlvp.yaml"
-    grid_file.write_text(text)
-    grid = load_grid(grid_file)
-    plan = build_plan(grid, Paths.make(tmp / "results"))
+    return {"MLVP_DATA": str(tmp / "data"), "MLVP_WEIGHTS": str(weights)}
+
+
+def full_plan(tmp: Path, datasets: list[str] | None, grid: Path = FULL_GRID):
+    """The plan `mlvp plan GRID` makes (`plan_for_sizing`; default orchestrator/grids/full_mlvp.yaml, from the
+    stand-in inputs, which another grid may read or not), or its trials and render sets on `datasets` alone."""
+    from orchestrator.planning.paths import Paths
+    from orchestrator.planning.plan import plan_for_sizing
+
+    os.environ.update(stand_in_inputs(tmp))
+    plan = plan_for_sizing(grid, Paths.make(tmp / "results"))
     if datasets:
         from dataclasses import replace
 
@@ -118,20 +121,6 @@ def full_plan(tmp: Path, datasets: list[str] | None):
                                      (t.source_dataset in keep or t.source_dataset in ("", t.dataset))],
                        renders={d: r for d, r in plan.renders.items() if d in keep})
     return plan
-
-
-class CostModel:
-    def __init__(self, plan, sec_per_clip: dict[str, float], sec_per_batch: float):
-        self.plan, self.sec_per_clip, self.sec_per_batch = plan, sec_per_clip, sec_per_batch
-        self.clips = {d: len(plan.datasets[d].test) for d in plan.renders}
-        self.batch = plan.grid.runtime.batch_size
-
-    def render_set(self, rs) -> float:
-        return self.clips[rs[0]] * self.sec_per_clip[rs[0]]
-
-    def trial(self, spec) -> float:
-        n = len(self.plan.datasets[spec.dataset].test)   # one query per test pair (video or caption)
-        return math.ceil(n / self.batch) * self.sec_per_batch
 
 
 def sleep_rows(batch, scale: float):
@@ -152,43 +141,50 @@ def sleep_rows(batch, scale: float):
     return out
 
 
-def sim_rows(cost: CostModel, videos_per_row: int):
+def sim_rows(costs, videos_per_row: int):
     """RenderStream's `plan_rows` for the sim, like plan_set_rows (one group per (dataset, perturbation), groups in
-    set order, a row = videos x the group's severities) but a row is a chunk of `videos_per_row` videos."""
+    set order, a row = videos x the group's severities) but a row is a chunk of `videos_per_row` videos; its `cost` is
+    the CPU seconds of its renderings under `costs` (orchestrator/planning/cost_model.py PlanCosts)."""
     def plan_rows(sets, _video_assets):
         groups: dict = {}
         for d, p, s in sets:
             groups.setdefault((d, p), []).append(s)
         rows = []
         for (d, p), severities in groups.items():
-            n = cost.clips[d]
+            n = costs.counts[d]
             for start in range(0, n, videos_per_row):
                 k = min(videos_per_row, n - start)
                 rows.append({"dataset": d, "perturbation": p, "severities": json.dumps(severities), "clips": k,
-                             "cost": k * len(severities) * cost.sec_per_clip[d]})
-        return rows, {rs: cost.clips[rs[0]] for rs in sets}, 0
+                             "cost": k * len(severities) * costs.rendering_seconds(d)})
+        return rows, {rs: costs.counts[rs[0]] for rs in sets}, 0
     return plan_rows
 
 
-def set_order(plan, cost: CostModel, order: str, render_cpus: int, slots: int):
-    """(render sets in render order, trials in the same order): `plan` as submit does (first need in plan order,
-    clean sets first), `johnson` by the cost model (orchestrator/stages/render.py johnson_order)."""
-    from orchestrator.planning.render_sets import johnson_order, ordered_sets, trial_render_sets
+def slept_totals(plan, costs, videos_per_row: int) -> tuple[float, float]:
+    """(render CPU seconds, trial GPU seconds) the sim sleeps for `plan`, unscaled: the costs of its render rows, and
+    its trials' slot seconds over the trials that share a GPU."""
+    from orchestrator.planning.render_sets import ordered_sets
+
+    rows, _, _ = sim_rows(costs, videos_per_row)(ordered_sets(plan, plan.trials), None)
+    return (sum(r["cost"] for r in rows),
+            sum(costs.trial_slot_seconds(t) for t in plan.trials) / max(costs.slots, 1.0))
+
+
+def set_order(plan, costs, order: str, render_cpus: int, slots: int):
+    """(render sets in render order, trials in the same order): clean sets first, then `plan` order (first need in
+    plan order) or `johnson` by the cost model, as submit orders them (render_sets.cost_ordered_sets)."""
+    from orchestrator.planning.render_sets import cost_ordered_sets, ordered_sets, trial_render_sets
 
     sets = ordered_sets(plan, plan.trials)
     sets = [rs for rs in sets if rs[1] == "clean"] + [rs for rs in sets if rs[1] != "clean"]
     if order == "johnson":
-        gpu: dict = {}
-        for t in plan.trials:
-            for rs in trial_render_sets(t):
-                gpu[rs] = gpu.get(rs, 0.0) + cost.trial(t) / len(trial_render_sets(t))
-        sets = johnson_order(sets, lambda rs: cost.render_set(rs) / render_cpus, lambda rs: gpu.get(rs, 0.0) / slots)
+        sets = cost_ordered_sets(plan, sets, plan.trials, render_cpus, slots, costs)
     index = {rs: i for i, rs in enumerate(sets)}
     trials = sorted(plan.trials, key=lambda t: max(index[rs] for rs in trial_render_sets(t)))
     return sets, trials
 
 
-def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap: bool, executor: str,
+def run_design(plan, costs, scale: float, render_actors: int, overlap: bool, executor: str,
                videos_per_row: int, slots: int, cpus_per_trial: float, gpus_per_trial: float,
                cpus_per_actor: int = 1, order: str = "johnson", wave: int | None = None) -> dict:
     import ray
@@ -197,7 +193,7 @@ def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap:
     from orchestrator.planning.needs import trial_needs
     from orchestrator.run.gate import ReadyGate
 
-    sets, trials = set_order(plan, cost, order, render_actors, slots)
+    sets, trials = set_order(plan, costs, order, render_actors, slots)
     gate = ReadyGate(trials, lambda t: [n for n in trial_needs(plan, t) if n.startswith("render:")])
     workers = []
     if executor != "tune":
@@ -212,7 +208,7 @@ def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap:
     t0 = time.time()
     stream = RenderStream(plan, gate.ready if overlap else (lambda need: None), actors=render_actors // cpus_per_actor,
                           render_fn=sleep_rows, render_kwargs={"scale": scale / cpus_per_actor},
-                          plan_rows=sim_rows(cost, videos_per_row), cpus_per_actor=cpus_per_actor)
+                          plan_rows=sim_rows(costs, videos_per_row), cpus_per_actor=cpus_per_actor)
     stream.add(sets)
     stream.close()
     if not overlap:   # today's design: every set rendered, then every trial
@@ -228,16 +224,16 @@ def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap:
 
         from orchestrator.run.tune import run_trials
 
-        costs = {t.key: cost.trial(t) * scale for t in plan.trials}
+        sleeps = {t.key: costs.trial_slot_seconds(t) * scale for t in plan.trials}
 
         def trainable(config):
             from workloads.spec import TrialSpec
 
             start = time.time()
-            time.sleep(costs_ref[TrialSpec.from_dict(config["spec"]).key])
+            time.sleep(sleeps_ref[TrialSpec.from_dict(config["spec"]).key])
             tune.report({"result_json": json.dumps({"start": start, "end": time.time(), "pid": os.getpid()})})
 
-        costs_ref = costs
+        sleeps_ref = sleeps
         waves = run_trials(trials, None, storage_path=str(Path(tempfile.mkdtemp()) / "tune"), name="sim",
                    cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, max_failures=0,
                    max_concurrent=None, on_result=lambda r: (done_at.append(time.time()), ran.append(r)),
@@ -252,7 +248,7 @@ def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap:
                 if spec is None or spec == "FINISHED":
                     break
                 w = idle.pop()
-                running[w.run.remote(cost.trial(spec) * scale)] = w
+                running[w.run.remote(costs.trial_slot_seconds(spec) * scale)] = w
             if not running:
                 if spec == "FINISHED":
                     break
@@ -269,7 +265,7 @@ def run_design(plan, cost: CostModel, scale: float, render_actors: int, overlap:
             ray.kill(w)
     stream.join()
     t_render = max(stream.ready_at.values(), default=t0) - t0
-    first_row = videos_per_row * cost.sec_per_clip[sets[0][0]] * scale / cpus_per_actor
+    first_row = videos_per_row * costs.rendering_seconds(sets[0][0]) * scale / cpus_per_actor
     startup = max(0.0, (stream.first_output_at or t0) - t0 - first_row)
     return {"makespan": time.time() - t0, "render_done": t_render, "trials": len(done_at), "startup": startup,
             "first_trial_done": (min(done_at) - t0) if done_at else None, "waves": waves,
@@ -287,17 +283,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpus", type=int, default=64, help="logical CPUs of the simulated cluster (default 64)")
     ap.add_argument("--gpus", type=int, default=4, help="logical GPUs (default 4)")
     ap.add_argument("--gpus-per-trial", type=float, default=None,
-                    help="GPU share of a trial slot (default: the grid's runtime.gpus_per_trial)")
-    ap.add_argument("--sec-per-batch", type=float, default=None,
-                    help="seconds per trial batch on its GPU slot (default: orchestrator/planning/cost_model.py's)")
-    ap.add_argument("--sec-per-clip", type=str, default=None,
-                    help="CPU seconds per rendered clip: one number, or dataset=s,... (default: per-dataset table)")
+                    help="GPU share of a trial slot (default: the grid's runtime.gpus_per_trial, or 1 where it is 0)")
+    ap.add_argument("--cost", type=str, default=None, metavar="FIELD=VALUE,...",
+                    help="replace figures of orchestrator/planning/cost_model.py's CostModel, e.g. "
+                         "trial_s_per_batch=0.5 (the plan line printed uses them too)")
     ap.add_argument("--target", type=float, default=90.0,
                     help="scale costs so the lower bound takes this many seconds (default 90)")
     ap.add_argument("--videos-per-row", type=int, default=100, help="videos per simulated render row (default 100)")
     ap.add_argument("--cpus-per-actor", type=int, default=4,
                     help="CPUs one simulated render actor stands for (default 4: 8 processes for 32 CPUs)")
     ap.add_argument("--datasets", type=str, default=None, help="comma-separated subset of the plan's datasets")
+    ap.add_argument("--grid", type=Path, default=FULL_GRID,
+                    help="grid file (default orchestrator/grids/full_mlvp.yaml, on stand-in annotations at the real "
+                         "test-split sizes; MLVP_DATA and MLVP_WEIGHTS point at them)")
     ap.add_argument("--executor", choices=("slots", "tune"), default="slots",
                     help="trials through one actor per GPU slot (default) or the real run_trials (Ray Tune)")
     ap.add_argument("--designs", type=str, default="overlap,staged", help="which designs to run, in order")
@@ -305,48 +303,60 @@ def main(argv: list[str] | None = None) -> int:
                     help="render-set order: by the cost model (Johnson's rule, default) or submit's plan order")
     ap.add_argument("--wave", type=int, default=None,
                     help="with --executor tune: trials per Tuner.fit (default: run_trials' default; 0: one Tuner)")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="folder for the stand-in inputs and the plan's results (default: a new temporary folder)")
+    ap.add_argument("--totals-only", action="store_true",
+                    help="print the cost model's totals, plan's line and the lower bound, and start no Ray")
     args = ap.parse_args(argv)
 
-    import ray
-
-    from orchestrator.planning import cost_model
+    from orchestrator.planning.cost_model import CostModel, PlanCosts, estimate
+    from orchestrator.planning.describe import sizing_lines
     from orchestrator.planning.render_sets import ordered_sets
+    from orchestrator.planning.work import remaining_work
 
-    tmp = Path(tempfile.mkdtemp(prefix="mlvp-cluster-sim-"))
-    plan = full_plan(tmp, args.datasets.split(",") if args.datasets else None)
+    tmp = args.workdir or Path(tempfile.mkdtemp(prefix="mlvp-cluster-sim-"))
+    plan = full_plan(tmp, args.datasets.split(",") if args.datasets else None, args.grid)
     rt = plan.grid.runtime
-    per_clip = dict(SEC_PER_CLIP)
-    if args.sec_per_clip:
-        if "=" in args.sec_per_clip:
-            per_clip.update({k: float(v) for k, v in (x.split("=") for x in args.sec_per_clip.split(","))})
-        else:
-            per_clip = {d: float(args.sec_per_clip) for d in per_clip}
-    gpus_per_trial = args.gpus_per_trial if args.gpus_per_trial is not None else rt.gpus_per_trial
+    # a grid whose trials take no GPU (runtime.gpus_per_trial 0) runs one per simulated GPU slot, as the cost model
+    # prices it (CostModel.slots_per_gpu)
+    gpus_per_trial = args.gpus_per_trial if args.gpus_per_trial is not None else (rt.gpus_per_trial or 1.0)
     if not 0 < gpus_per_trial <= 1:
         ap.error(f"--gpus-per-trial: a GPU share in (0, 1], got {gpus_per_trial:g}")
-    if args.sec_per_batch is None:
-        measured = cost_model.CostModel()
-        args.sec_per_batch = measured.trial_seconds(rt.batch_size, rt.batch_size, rt.precision,
-                                                    measured.slots_per_gpu(gpus_per_trial))
-    cost = CostModel(plan, per_clip, args.sec_per_batch)
+    figures = {k: float(v) for k, v in (x.split("=") for x in args.cost.split(","))} if args.cost else {}
+    unknown = sorted(set(figures) - set(CostModel.__dataclass_fields__))
+    if unknown:
+        ap.error(f"--cost: no such figure {', '.join(unknown)}; known: {', '.join(CostModel.__dataclass_fields__)}")
+    cost = CostModel(**{**figures, "trials_per_gpu": 1 / gpus_per_trial})
+    costs = PlanCosts(plan, cost)
     sets = ordered_sets(plan, plan.trials)
     slots = int(args.gpus / gpus_per_trial + 1e-9)
-    render_cpu = sum(cost.render_set(rs) for rs in sets)
-    trial_gpu = sum(cost.trial(t) for t in plan.trials)
+    render_cpu, trial_gpu = slept_totals(plan, costs, args.videos_per_row)
+    trial_slot = trial_gpu * costs.slots        # what the GPU slots are busy for
     cpus_for_render = max(1, int(args.cpus - slots * rt.cpus_per_trial))
-    lb_all = max(render_cpu / args.cpus, trial_gpu / slots)
-    lb = max(render_cpu / cpus_for_render, trial_gpu / slots)
+    lb_all = max(render_cpu / args.cpus, trial_slot / slots)
+    lb = max(render_cpu / cpus_for_render, trial_slot / slots)
     scale = args.target / lb
-    print(f"plan: {len(plan.trials)} trials, {len(sets)} render sets, "
-          f"{sum(cost.clips[d] * len(r) for d, r in plan.renders.items())} clips")
-    print("cost model (real seconds): clips per set " + ", ".join(f"{d} {n}" for d, n in cost.clips.items())
-          + "; seconds per clip " + ", ".join(f"{d} {per_clip[d]:g}" for d in cost.clips)
-          + f"; {args.sec_per_batch:g} s per trial batch of {rt.batch_size}; "
+    print(f"plan: {len(plan.trials)} trials, {len(sets)} render sets, {plan.render_count():,} clips")
+    print("cost model (orchestrator/planning/cost_model.py; real seconds): clips per set "
+          + ", ".join(f"{d} {n}" for d, n in costs.counts.items()) + "; CPU s per rendering "
+          + ", ".join(f"{d} {costs.rendering_seconds(d):.3f}" for d in costs.counts)
+          + f"; {cost.trial_s_per_batch:g} s per fp32 trial batch of {rt.batch_size} alone on a GPU; "
           f"{1 / gpus_per_trial:g} trials per GPU ({slots} slots, {rt.cpus_per_trial:g} CPUs each)")
-    print(f"totals: render {render_cpu / 3600:.0f} CPU-h, trials {trial_gpu / 3600:.0f} GPU-slot-h; cluster "
+    for line in costs.clip_lines():
+        print(f"  {line}")
+    print(f"totals slept (unscaled): render {render_cpu:,.0f} CPU-s = {render_cpu / 3600:,.1f} CPU-h, trials "
+          f"{trial_gpu:,.0f} GPU-s = {trial_gpu / 3600:,.1f} GPU-h ({trial_slot / 3600:,.1f} GPU-slot-h); cluster "
           f"{args.cpus} CPUs ({cpus_for_render} beside the trial slots), {args.gpus} GPUs")
+    est = estimate(costs, remaining_work(plan, plan.trials))
+    print(f"plan's estimate of the same: render {est.render_cpu_s:,.0f} CPU-s, trials {est.trial_gpu_s:,.0f} "
+          f"GPU-s; `mlvp plan` prints:")
+    print("  " + next(line for line in sizing_lines(plan, cost, todo=plan.trials) if "GPU-hours" in line))
     print(f"lower bound: {lb / 3600:.2f} h with {cpus_for_render} render CPUs ({lb_all / 3600:.2f} h with all "
           f"{args.cpus}); time scale 1/{1 / scale:.0f}: bound = {lb * scale:.1f} s here")
+    if args.totals_only:
+        return 0
+    import ray
+
     ray.init(num_cpus=args.cpus, num_gpus=args.gpus, include_dashboard=False, logging_level="ERROR",
              log_to_driver=False)
     import logging
@@ -363,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             overlap = design == "overlap"
             actors = cpus_for_render if overlap else args.cpus   # staged: every CPU renders (today's default)
             t = time.time()
-            r = run_design(plan, cost, scale, actors, overlap, args.executor, args.videos_per_row, slots,
+            r = run_design(plan, costs, scale, actors, overlap, args.executor, args.videos_per_row, slots,
                            rt.cpus_per_trial, gpus_per_trial, args.cpus_per_actor, args.order, wave)
             results[design] = r
             net = r["net"] = r["makespan"] - r["startup"]

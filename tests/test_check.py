@@ -50,18 +50,49 @@ def test_paper_rows_and_comparison_rules():
     # zero-shot CLIP rows are mean-pooled CLIP: clip4clip only
     assert [r.r1 for r in paper_rows(_case("clip4clip", PRETRAINED, "msrvtt", 0, 0), "t2v")] == [30.10]
     assert paper_rows(_case("xpool", PRETRAINED, "msrvtt", 0, 0), "t2v") == []
-    # in-domain v2t: only the upper bound the text implies, never gated
-    v2t = _case("xpool", "msrvtt", "msrvtt", 1.0, 1000)
+    # in-domain v2t: X-Pool's paper (44.4, compared) and the upper bound HAT-VTR's text implies (never gated)
+    v2t = _case("xpool", "msrvtt", "msrvtt", 40.0, 1000)
     v2t.results["v2t"] = v2t.results.pop("t2v")
     c = compare(v2t, "v2t")
-    assert [(r.r1, r.bound) for r in c.rows] == [(44.9, True)] and c.gap is None
+    assert [(r.r1, r.bound) for r in c.rows] == [(44.4, False), (44.9, True)] and c.gap == pytest.approx(-4.4)
     # a synthetic dataset has no paper number
     assert paper_rows(_case("xpool", "synthetic", "synthetic", 0, 0), "t2v") == []
+    # MSVD in domain: the papers rank every test caption (27,763 queries t2v; 670 videos x 27,763 captions v2t),
+    # the TTA protocol one caption per video: shown, never compared
+    c = compare(_case("clip4clip", "msvd", "msvd", 40.0, 670), "t2v")
+    assert [r.r1 for r in c.rows] == [46.2] and c.compared == [] and c.gap is None
+    msvd = _case("xpool", "msvd", "msvd", 60.0, 670)
+    msvd.results["v2t"] = {**msvd.results.pop("t2v"), "n_gallery": 670}
+    c = compare(msvd, "v2t")
+    assert [(r.queries, r.gallery) for r in c.rows] == [(670, 27763)] and c.compared == []
     # a failed clean trial is reported, not compared
     bad = _case("xpool", "msrvtt", "msrvtt", 0, 0)
     bad.results["t2v"] = {"status": "failed", "error": "RuntimeError: no usable queries\ntraceback"}
     c = compare(bad, "t2v")
     assert c.metrics is None and c.error == "RuntimeError: no usable queries" and not c.missed(5)
+
+
+def test_every_in_domain_case_is_compared_with_what_is_published():
+    """The 20 in-domain (backbone, dataset, direction) cases of the full matrix: each gets every published CLIP4Clip /
+    X-Pool row of workloads/paper.py IN_DOMAIN (none guessed), and a measured result on the published protocol is
+    compared with it."""
+    from workloads import paper
+
+    with_rows = 0
+    for backbone, dataset, direction in paper.IN_DOMAIN_CASES:
+        case = _case(backbone, dataset, dataset, 0.0, 0)
+        published = [r for r in paper.IN_DOMAIN if (r.backbone, r.dataset, r.direction) == (backbone, dataset,
+                                                                                          direction)]
+        rows = [r for r in paper_rows(case, direction) if not r.bound]
+        assert sorted(r.r1 for r in rows) == sorted(r.r1 for r in published), (backbone, dataset, direction)
+        for r in published:   # on the row's own protocol it is compared, and a result far below it is a miss
+            queries, gallery = paper.protocol(r)
+            case.results[direction] = {"status": "ok", "n_queries": queries, "n_gallery": gallery,
+                                       "metrics": {"R1": r.r1 - 10, "R5": 0.0, "R10": 0.0}}
+            c = compare(case, direction)
+            assert r.r1 in [x.r1 for x in c.compared] and c.missed(5), (backbone, dataset, direction, r.r1)
+        with_rows += bool(published)
+    assert with_rows == 12 and len(paper.IN_DOMAIN_CASES) == 20
 
 
 @pytest.mark.slow
@@ -166,12 +197,14 @@ def test_check_and_the_submit_gate_on_real_layouts(mlvp_env, capsys):
     block = out[out.index("xpool fine-tuned on msrvtt"):out.index("xpool fine-tuned on msvd")]
     r1 = float(re.search(r"t2v  R@1 +([\d.]+) .* 1000 queries", block).group(1))
     assert r1 < 5
-    assert "(X-Pool README (checkpoint trained on MSRVTT-9k))" in block and "MISS" in block
+    assert "(checkpoint trained on MSRVTT-9k))" in block and "MISS" in block
     assert re.search(rf"warning: xpool fine-tuned on msrvtt t2v: clean R@1 {r1:.1f} is [\d.]+ points below the "
                      r"paper's 43.9 \(X-Pool README", out)
+    # v2t: X-Pool's paper number (44.4) is compared too, HAT-VTR's implied bound is shown beside it
+    assert re.search(r"paper: R@1  44.4 .*Table 1.*MISS", block) and "paper: R@1 below 44.9" in block
     # the stand-in MSVD layout (2 queries): X-Pool's MSVD number is shown, not compared (27,763-caption protocol)
     msvd_block = out[out.index("xpool fine-tuned on msvd"):]
-    assert "2 queries" in msvd_block and "not compared: 27763 queries in that protocol, 2 here" in msvd_block
+    assert "2 queries" in msvd_block and "not compared: 27763 queries x 670 in that protocol, 2 x 2 here" in msvd_block
     # a wide enough tolerance passes (compared again from the ledger)
     assert main(["check", str(grid_file), *common, "--tolerance", "50"]) == 0
     capsys.readouterr()

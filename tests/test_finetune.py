@@ -7,7 +7,7 @@ import torch
 
 from workloads.backbones import create_backbone
 from workloads.backbones.finetune import (FinetuneConfig, decode_split, ensure_finetuned, evaluate,
-                                         resolve_precision)
+                                         resolve_precision, cpu_has_native_bf16)
 from workloads.datasets import create_dataset
 
 pytestmark = pytest.mark.slow
@@ -45,10 +45,19 @@ def test_precision_auto_never_emulates_bf16():
     cpu = torch.device("cpu")
     assert resolve_precision("fp32", cpu) == "fp32" and resolve_precision("bf16", cpu) == "bf16"
     # bf16 autocast on a CPU without native bf16 is emulated (~10x slower than fp32): auto must pick fp32 there
-    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    assert resolve_precision("auto", cpu) == ("bf16" if native else "fp32")
+    assert resolve_precision("auto", cpu) == ("bf16" if cpu_has_native_bf16() else "fp32")
     with pytest.raises(ValueError, match="'fp32', 'bf16' or 'auto', got 'fp16'"):
         resolve_precision("fp16", cpu)
+
+
+def test_native_bf16_is_read_from_the_cpu_flags(tmp_path):
+    x86 = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n"
+    (tmp_path / "avx2").write_text(x86)
+    (tmp_path / "spr").write_text(x86.replace("avx512f", "avx512f avx512_bf16 amx_bf16"))
+    (tmp_path / "arm").write_text("processor\t: 0\nFeatures\t: fp asimd sve bf16\n")
+    assert not cpu_has_native_bf16(str(tmp_path / "avx2"))
+    assert cpu_has_native_bf16(str(tmp_path / "spr")) and cpu_has_native_bf16(str(tmp_path / "arm"))
+    assert not cpu_has_native_bf16(str(tmp_path / "absent"))   # no /proc (macOS): fp32
 
 
 def test_decoded_split_is_cached_memory_mapped_and_drops_undecodable_videos(tmp_path, monkeypatch):

@@ -17,7 +17,7 @@ def test_every_row_is_an_in_domain_vit_b32_result_with_its_protocol_and_source()
         recalls = [v for v in (row.r1, row.r5, row.r10) if v is not None]
         assert recalls == sorted(recalls) and all(0 < v <= 100 for v in recalls), row
         queries, gallery = paper.protocol(row)
-        assert queries and gallery and gallery >= queries, row
+        assert queries > 0 and gallery > 0, row   # MSVD t2v: 27,763 caption queries rank 670 videos
     # one row per case, except MSRVTT t2v of X-Pool: one per training split (9k, 7k)
     keys = [(r.backbone, r.dataset, r.direction, r.train_split) for r in paper.IN_DOMAIN]
     assert len(keys) == len(set(keys))
@@ -45,7 +45,7 @@ def test_lookup_picks_the_training_split_and_protocol():
     # MSVD's published numbers score every test caption: t2v 27,763 queries; v2t 670 videos against 27,763 captions,
     # so a split with the authors' first caption only (670 x 670) is never compared with them
     t2v, v2t = (paper.in_domain_result("clip4clip", "msvd", d) for d in ("t2v", "v2t"))
-    assert paper.protocol(t2v) == (27763, 27763) and paper.protocol(v2t) == (670, 27763)
+    assert paper.protocol(t2v) == (27763, 670) and paper.protocol(v2t) == (670, 27763)
     assert paper.protocol(paper.in_domain_result("xpool", "lsmdc", "t2v")) == (paper.N_QUERIES["lsmdc"],) * 2
     with pytest.raises(ValueError, match="direction"):
         paper.in_domain_result("xpool", "msrvtt", "both")

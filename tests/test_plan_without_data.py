@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FOLDERS, N_TEST, stand_in_data, stand_in_weights
-from orchestrator.planning.cost_model import CostModel, estimate
+from orchestrator.planning.cost_model import CostModel, PlanCosts, estimate
 from orchestrator.planning.work import all_work
 from orchestrator.config.errors import GridError
 from orchestrator.config.grid import load_grid
@@ -96,8 +96,11 @@ def test_full_grid_sized_without_data(no_data_env, tmp_path):
     lines = sizing_lines(plan)
     assert any(line.startswith("GPU-hours: unknown") for line in lines)
     assert sum(line.startswith("  missing ") for line in lines) == len(plan.missing)
-    assert estimate(plan, all_work(plan)).gpu_h == pytest.approx(
-        len(trained) * plan.grid.models.finetune.steps * CostModel().finetune_s_per_step / 3600)   # only known work
+    # the X-Pool recipe's epochs need the train splits' pairs: without annotations every fine-tune is listed as not
+    # counted, nothing is guessed
+    est = estimate(PlanCosts(plan), all_work(plan))
+    assert plan.grid.models.finetune.recipe == "xpool" and est.gpu_h == 0
+    assert len([u for u in est.unknown if u.startswith("fine-tuning ")]) == len(trained)
 
 
 def test_cli_plan_and_dry_run_without_data_start_nothing(no_data_env, tmp_path):
@@ -147,26 +150,38 @@ def test_sized_with_annotations_only_and_estimate(tmp_path, monkeypatch):
     assert sorted(m.key for m in plan.missing) == sorted(f"datasets.{d}.options.videos_dir" for d in DATASETS)
     assert all(" test / " in m.fix for m in plan.missing)    # test and train videos: one line per dataset
 
-    cost = CostModel(trial_s_per_batch=2.0, gallery_s_per_clip=0.5, finetune_s_per_step=0.25, render_s_per_clip=3.0)
-    est = estimate(plan, all_work(plan), cost)
-    rt = plan.grid.runtime
+    # render cost per clip without a size term, fine-tuning per step in fp32 and bf16 alike: sums checked by hand
+    cost = CostModel(trial_s_per_batch=2.0, gallery_s_per_clip=0.5, finetune_s_per_step_bf16=0.25,
+                     render_s_fixed=3.0, render_s_per_pixel_frame=0.0)
+    est = estimate(PlanCosts(plan, cost), all_work(plan))
+    rt, ft = plan.grid.runtime, plan.grid.models.finetune
     assert rt.gpus_per_trial == 1 and {t.precision for t in plan.trials} == {"fp32"}   # one fp32 trial per GPU
     trial_h = sum(math.ceil(N_TEST[t.dataset] / rt.batch_size) * 2.0 for t in plan.trials) / 3600
     assert est.trial_gpu_h == pytest.approx(trial_h) and est.trial_gpu_h > 0
     # packed trials share the GPU's throughput (docs/notes/2026-11-results-history.md §6): four per GPU cost more GPU
     # time, not a quarter
-    packed = estimate(plan, all_work(plan), CostModel(trial_s_per_batch=2.0, trials_per_gpu=4, packed_throughput=0.8))
+    packed = estimate(PlanCosts(plan, CostModel(trial_s_per_batch=2.0, trials_per_gpu=4, packed_throughput=0.8)),
+                      all_work(plan))
     assert packed.trial_gpu_h == pytest.approx(trial_h / 0.8)
     bf16_plan = replace(plan, trials=[replace(t, precision="bf16") for t in plan.trials])
-    bf16 = estimate(bf16_plan, all_work(bf16_plan),
-                    CostModel(trial_s_per_batch=2.0, trial_s_per_batch_bf16=0.5))
+    bf16 = estimate(PlanCosts(bf16_plan, CostModel(trial_s_per_batch=2.0, trial_s_per_batch_bf16=0.5)),
+                    all_work(bf16_plan))
     assert bf16.trial_gpu_h == pytest.approx(trial_h / 4)
     assert est.render_cpu_h == pytest.approx(plan.render_count() * 3.0 / 3600)
     assert est.gallery_gpu_h == pytest.approx(sum(N_TEST[g[2]] * 0.5 for g in plan.gallery_encodings()) / 3600)
-    assert est.finetune_gpu_h == pytest.approx(10 * plan.grid.models.finetune.steps * 0.25 / 3600)
+    # fine-tuning: the X-Pool recipe, 5 epochs over each train split's pairs in batches of 32 x 12 frames, a step
+    # linear in its images (from the measured 64 clips x 4 frames)
+    costs = PlanCosts(plan, cost)
+    made = {m.version: m for m in plan.models.values() if m.finetune is not None}.values()
+    assert ft.recipe == "xpool" and all(costs.train_pairs(m.train_dataset) for m in made)
+    assert est.finetune_gpu_h == pytest.approx(sum(
+        5 * math.ceil(costs.train_pairs(m.train_dataset) / 32) * 0.25 * 32 * 12 / (64 * 4) for m in made) / 3600)
     assert est.gpu_h == pytest.approx(est.trial_gpu_h + est.gallery_gpu_h + est.finetune_gpu_h)
-    assert not est.unknown and any(line.startswith("estimated ") and "GPU-hours" in line
-                                   for line in sizing_lines(plan, cost))
+    lines = sizing_lines(plan, cost)
+    assert not est.unknown and any(line.startswith("estimated ") and "GPU-hours" in line for line in lines)
+    # no videos on disk: every dataset's render cost from its typical clip size, said so
+    assert all(f"  {d} " in "\n".join(lines) for d in DATASETS)
+    assert sum("(typical: " in line for line in lines) == len(DATASETS)
 
     # one dataset's annotations not there: its clips unknown, its root listed, the others estimated
     import shutil
@@ -191,3 +206,6 @@ def test_cli_plan_with_data_prints_estimate(mlvp_env):
     cells = expected_counts(load_grid(FULL))["video_render_sets"] // len(DATASETS) + 1   # + the clean clips
     assert f"clips to render: {sum(N_TEST.values()) * cells:,}" in out.stdout
     assert all(f"{d} {n}" in out.stdout for d, n in N_TEST.items())
+    # conftest's stand-in videos are on disk: the render cost reads their size (16x16, 4 frames), not a typical one
+    assert all(f"  {d} 16x16, " in out.stdout for d in N_TEST) and "typical" not in out.stdout
+    assert all(f"measured on {n} of your videos" in out.stdout for n in set(N_TEST.values()))

@@ -54,8 +54,9 @@ def test_running_trials_are_listed_by_cell_name(tmp_path, shared_cache):
                             # each trial waits, titled by its cell, until this test has seen two trials by name (at
                             # most 60 s): the dashboard answers in seconds, a micro trial on a warm cache takes one
                             # (a fixed 3 s hold let a loaded CI machine see only one)
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]),
-                                 "MLVP_TEST_TRIAL_HOLD_S": "60", "MLVP_TEST_TRIAL_RELEASE": str(release)})
+                            # (conftest.py's PYTHONPATH: this checkout, then tests/ for the trial hook)
+                            env={**os.environ, "MLVP_TEST_TRIAL_HOLD_S": "60",
+                                 "MLVP_TEST_TRIAL_RELEASE": str(release)})
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from workloads.perturbations.video.event_insertion import choose_distractor
+from workloads.distractor_pool import choose_distractor, list_pool
 from workloads.video_io import read_frames, resize_center_crop
 
 
@@ -92,7 +92,6 @@ def prepare_distractors(dataset, paths, embedder: tuple[str, str | None, str], n
     resolved asset paths (`distractor_pool`, `main_objects`; None when absent); `embedder`: (open_clip model name,
     weights path, "zero_shot_clip" | "finetuned")."""
     from workloads.backbones import create_backbone
-    from workloads.perturbations.video.event_insertion import list_pool
     from workloads.perturbations.video.main_object_occlusion import load_main_objects
 
     test = dataset.test_split()

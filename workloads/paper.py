@@ -150,7 +150,7 @@ XPOOL = "X-Pool (Gorti et al., CVPR 2022), ViT-B/32"
 _CMA = "Cross-Modal Adapter (Jiang et al., arXiv 2211.09623)"
 _GARE = "GARE (Xiao et al., 'Rebalancing Contrastive Alignment with Bottlenecked Semantic Increments')"
 _PWC = "Papers with Code, X-Pool results (LSMDC text-to-video)"
-MSVD_ALL = {"queries": XPOOL_MSVD_ALL_CAPTIONS}        # t2v: every test caption a query, 670 videos
+MSVD_ALL = {"queries": XPOOL_MSVD_ALL_CAPTIONS, "gallery": 670}  # t2v: every test caption a query, 670 videos
 MSVD_ALL_V2T = {"queries": 670, "gallery": XPOOL_MSVD_ALL_CAPTIONS}  # v2t: each video ranks every test caption
 DIDEMO_TEST = 1004  # CLIP4Clip's DiDeMo test split: 1,004 videos, each with its descriptions joined (a paragraph)
 

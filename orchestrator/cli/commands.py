@@ -54,6 +54,7 @@ def _options(args: argparse.Namespace, **kw) -> SubmitOptions:
 
 def _libraries(args: argparse.Namespace, paths: Paths, grid: GridSpec, command: str):
     """Ray's, Tune's and MLflow's output to results/<grid>/logs/ (or here with --verbose); says where, once."""
+    check_writable(paths.results)   # before the log file: a results folder that cannot be made is named as such
     log = log_path(paths.grid_dir(grid.name), command)
     verbose = getattr(args, "verbose", False)
     if not verbose:
@@ -116,7 +117,7 @@ def cmd_plan(args) -> int:
     console = make_console()
     for line in ledger.damaged_lines():
         console.print(f"[yellow]{escape(line)}[/]")
-    print_plan(plan, status, todo, console)
+    print_plan(plan, status, todo, console, verbose=args.verbose)
     by = Counter((t.scenario, t.dataset if t.source_dataset in ("", t.dataset) else f"{t.source_dataset}->{t.dataset}",
                   t.direction, t.backbone) for t in plan.trials)
     for (scenario, where, d, b), n in by.items():

@@ -10,7 +10,7 @@ from pathlib import Path
 from orchestrator.config.errors import GridError
 from orchestrator.planning.clean_check import DEFAULT_TOLERANCE
 from orchestrator.record.mlflow_store import TrackingUnavailable
-from orchestrator.run.console import Terminated, handle_sigterm
+from orchestrator.run.console import handle_sigterm, stopped_by_sigterm
 from orchestrator.run.ray_env import ClusterError
 
 GRID_HELP = ("a grid: a YAML file, the name of a grid shipped with mlvp (`mlvp grids` lists them), or the name of a "
@@ -34,10 +34,11 @@ examples:
   mlvp check quickstart
   mlvp check qgs_cross --tolerance 3 --address auto""",
     "plan": """writes nothing: trials by scenario, render sets, checkpoints, what submit would generate or train, the
-paths not on disk, and the estimated GPU-hours of what remains to run.
+paths not on disk, and the estimated GPU-hours and CPU-hours of what remains to run (the render cost from the
+size of your videos where they are on disk: up to 16 headers read per dataset; else typical sizes, said so).
 examples:
   mlvp plan quickstart
-  MLVP_DATA=/data/mlvp mlvp plan full_mlvp""",
+  MLVP_DATA=/data/mlvp mlvp plan full_mlvp --verbose      # and every figure of the cost model with its source""",
     "status": """exit status: 0 every cell done, 1 some failed or damaged, 3 some never run (none failed).
 examples:
   mlvp status quickstart
@@ -126,6 +127,8 @@ def _parser() -> argparse.ArgumentParser:
     p = add("plan", "what a grid would run (trials, render sets, checkpoints, ledger state, cost); writes nothing")
     p.add_argument("grid", help=GRID_HELP)
     _common(p)
+    p.add_argument("--verbose", "-v", action="store_true", help="also every figure of the cost model and where it "
+                   "was measured (orchestrator/planning/cost_model.py)")
 
     p = add("check", "clean retrieval of every checkpoint the grid uses, beside the paper's clean numbers (fine-"
             "tunes missing checkpoints and renders clean clips first; results go to the ledger and gallery cache)")
@@ -207,10 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     except GridError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except Terminated:   # a submission has said what is kept and how to resume (orchestrator/run/submit.py)
-        print("stopped by SIGTERM", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:   # a submission has said what is kept and how to resume (run/submit.py)
+        if stopped_by_sigterm(err):
+            print("stopped by SIGTERM", file=sys.stderr)
+            return 143
         print("interrupted", file=sys.stderr)
         return 130
     except (OSError, ValueError, TrackingUnavailable, ClusterError) as err:  # one-line errors: grid, plan, store, disk

@@ -65,6 +65,11 @@ class FinetuneSpec:
     precision: str = opt("auto", choices=("fp32", "bf16", "auto"))   # auto: bf16 where the device has it natively
     xpool_init_from_clip4clip: bool = True   # start X-Pool from the fine-tuned mean-pooling model (faster)
     xpool_steps: int | None = opt(150, min=1)  # steps for X-Pool when initialised from clip4clip (None: steps)
+    # "quick": the keys above; "xpool" / "clip4clip": a published trainer's schedule, whose numbers replace steps,
+    # batch_size, lr, weight_decay, train_frames and frames_per_clip (docs/finetuning.md; both start from CLIP)
+    recipe: str = opt("quick", choices=("quick", "xpool", "clip4clip"))
+    epochs: float | None = opt(None, above=0)   # a published recipe shortened or lengthened (None: its own 5)
+    workers: int = opt(0, min=0, max=64)     # processes decoding the split and assembling batches (not in the key)
 
 
 @dataclass

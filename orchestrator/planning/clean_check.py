@@ -23,6 +23,7 @@ class PaperRow:
     where: str                     # "Table 4", "X-Pool README (checkpoint trained on MSRVTT-9k)"
     queries: int | None            # the query count of that protocol (None: unknown)
     bound: bool = False            # an upper bound implied by the text, not a printed number (never gated)
+    gallery: int | None = None     # the items each query ranks under that protocol (None: as many as the queries)
 
 
 @dataclass
@@ -58,6 +59,7 @@ class Comparison:
     compared: list[PaperRow]                 # rows whose protocol matches this split (and are not bounds)
     gap: float | None                        # measured R@1 - the nearest compared paper R@1
     error: str | None = None
+    n_gallery: int = 0                       # items each query ranked here
 
     def missed(self, tolerance: float) -> bool:
         return self.gap is not None and self.gap < -tolerance
@@ -93,23 +95,25 @@ def check_cases(plan: Plan) -> list[CheckCase]:
 
 
 def paper_rows(case: CheckCase, direction: str) -> list[PaperRow]:
-    """The published clean rows for this case: HAT-VTR's (cross-dataset Source rows, zero-shot CLIP rows), X-Pool's
-    README for in-domain t2v, and the in-domain v2t upper bound the paper's text implies. The zero-shot CLIP rows are
-    CLIP with mean pooling: compared with clip4clip only (an identity-initialised X-Pool head is not that model)."""
+    """The published clean rows for this case: HAT-VTR's (cross-dataset Source rows, zero-shot CLIP rows); in domain,
+    what the CLIP4Clip and X-Pool papers publish for the backbone on the dataset in this direction (workloads/paper.py
+    `IN_DOMAIN`, each with its protocol's query and gallery counts) and the v2t upper bound HAT-VTR's text implies.
+    The zero-shot CLIP rows are CLIP with mean pooling: compared with clip4clip only (an identity-initialised X-Pool
+    head is not that model)."""
     if case.setting == "zero_shot":
         if case.backbone != "clip4clip":
             return []
         found = paper.clean_results(case.dataset, direction, "clip", "zero_shot")
     else:
-        found = paper.clean_results(case.dataset, direction, case.backbone, case.setting,
-                                    source=case.source, include_reference=case.setting == "in_domain")
+        found = paper.clean_results(case.dataset, direction, case.backbone, case.setting, source=case.source)
+        if case.setting == "in_domain":   # every published split (MSRVTT-9k and -7k): the nearest is compared
+            found += [r for r in paper.IN_DOMAIN
+                      if (r.backbone, r.dataset, r.direction) == (case.backbone, case.dataset, direction)]
     rows = []
     for r in found:
-        queries = paper.N_QUERIES.get(r.dataset)
-        if r.table == "X-Pool README" and "captions: all" in r.note:
-            queries = paper.XPOOL_MSVD_ALL_CAPTIONS
+        queries, gallery = paper.protocol(r)
         where = r.table + (f" ({r.note})" if r.note else "")
-        rows.append(PaperRow(r.r1, r.r5, r.r10, where, queries))
+        rows.append(PaperRow(r.r1, r.r5, r.r10, where, queries, gallery=gallery))
     bound = paper.IN_DOMAIN_UPPER_BOUNDS.get((case.dataset, direction, case.backbone)) \
         if case.setting == "in_domain" else None
     if bound is not None:
@@ -125,10 +129,12 @@ def compare(case: CheckCase, direction: str) -> Comparison:
         error = (result.get("error") or "failed").splitlines()[0]
         return Comparison(case, direction, None, n, rows, [], None, error)
     metrics = {k: float(result["metrics"][k]) for k in ("R1", "R5", "R10")}
-    compared = [r for r in rows if not r.bound and r.queries == n]
+    gallery = int(result.get("n_gallery") or n)
+    # R@k under another protocol (other queries, another gallery) is another number: shown, never compared
+    compared = [r for r in rows if not r.bound and r.queries == n and (r.gallery or r.queries) == gallery]
     # several published numbers (X-Pool's MSRVTT-9k and -7k checkpoints): the nearest is the one to compare with
     gap = min((metrics["R1"] - r.r1 for r in compared), key=abs) if compared else None
-    return Comparison(case, direction, metrics, n, rows, compared, gap)
+    return Comparison(case, direction, metrics, n, rows, compared, gap, n_gallery=gallery)
 
 
 def miss_line(c: Comparison, tolerance: float) -> str:

@@ -1,20 +1,24 @@
 """What `plan` and `submit --dry-run` print about a plan besides its checkpoints: render sets, gallery encodings,
-clips, the paths not on disk and the cost estimate. Plain text lines, no markup."""
+clips, the paths not on disk, the cost estimate of what remains to run and the clip sizes it assumed (and, for
+`plan --verbose`, every figure of the cost model with its source). Plain text lines, no markup."""
 from __future__ import annotations
 
 from collections import Counter
 
-from orchestrator.planning.cost_model import estimate
+from orchestrator.planning.cost_model import CostModel, PlanCosts, estimate
 from orchestrator.planning.plan import Plan
 from orchestrator.planning.work import all_work, remaining_work
 from workloads.spec import CLEAN
 
 
-def sizing_lines(plan: Plan, cost=None, todo: list | None = None) -> list[str]:
+def sizing_lines(plan: Plan, cost: CostModel | None = None, todo: list | None = None, verbose: bool = False
+                 ) -> list[str]:
     """What `plan` and `submit --dry-run` print after the checkpoints: render sets, gallery encodings, clips (unknown
     where the annotations are not on disk), the paths not on disk (one line each, with the key or variable to set)
     and the cost estimate (orchestrator/planning/cost_model.py) of what is known: of what remains to run when
-    `todo` (the trials to run) is given, else of the whole grid. Plain text (no markup)."""
+    `todo` (the trials to run) is given, else of the whole grid; then the source clip size each dataset's render
+    cost assumed (measured on its videos, or typical), and with `verbose` every figure of the cost model with where
+    it was measured. Plain text (no markup)."""
 
     sizes = plan.clip_counts()
     unknown = [d for d, n in sizes.items() if n is None]
@@ -42,16 +46,22 @@ def sizing_lines(plan: Plan, cost=None, todo: list | None = None) -> list[str]:
     if todo is not None and not todo:
         lines.append("nothing remains to run: every cell is in the ledger (0 GPU-hours)")
         return lines
+    costs = PlanCosts(plan, cost)
     work = all_work(plan) if todo is None else remaining_work(plan, todo)
-    est = estimate(plan, work, cost)
+    est = estimate(costs, work)
     what = "" if todo is None else f"what remains ({len(todo)} trials): "
     if len(unknown) == len(sizes):
         lines.append("GPU-hours: unknown until the annotations are on disk (the cost model needs the clip counts: "
                      "orchestrator/planning/cost_model.py)")
     else:
-        unknown_note = f"; not counting {', '.join(unknown)} (clip counts unknown)" if unknown else ""
-        lines.append(what + est.line() + unknown_note
-                     + " (cost model: orchestrator/planning/cost_model.py)")
+        unknown_note = (f"; not counting {', '.join(unknown)} (clip counts unknown)" if unknown else "") + "".join(
+            f"; not counting {u}" for u in est.unknown if u not in unknown)
+        lines.append(what + est.line() + unknown_note + " (cost model: orchestrator/planning/cost_model.py)")
+        lines.append("  an estimate: GPU figures measured for ViT-B/32 on one NVIDIA H200, rendering on a 2-core AMD "
+                     "EPYC dev machine (`plan --verbose` lists each figure and its source)")
+        lines.append("source clips for the render cost (mean width x height, length, rate):")
+        lines.extend(f"  {line}" for line in costs.clip_lines())
+    if verbose:
+        lines.append("cost model figures (orchestrator/planning/cost_model.py):")
+        lines.extend(f"  {line}" for line in costs.cost.describe())
     return lines
-
-

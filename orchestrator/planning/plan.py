@@ -206,14 +206,17 @@ def _plan_models(grid: GridSpec, datasets: dict[str, DatasetPlan], sources: list
                                                     version=file_version(given))
                 continue
             init, init_from, steps = base_init, None, ft.steps
-            if backbone == "xpool" and ft.xpool_init_from_clip4clip and ("clip4clip", src) in models:
+            # the quick recipe's shortcut; a published trainer starts both backbones from CLIP
+            if backbone == "xpool" and ft.recipe == "quick" and ft.xpool_init_from_clip4clip \
+                    and ("clip4clip", src) in models:
                 init_from = ("clip4clip", src)
                 init = "model:" + models[init_from].version
                 steps = ft.xpool_steps or ft.steps
             cfg = FinetuneConfig(backbone=backbone, clip_model=m.clip_model, init=init, steps=steps,
                                  batch_size=ft.batch_size, lr=ft.lr, weight_decay=ft.weight_decay,
                                  train_frames=ft.train_frames, frames_per_clip=ft.frames_per_clip,
-                                 eval_frames=grid.runtime.num_frames, precision=ft.precision, seed=grid.seed)
+                                 eval_frames=grid.runtime.num_frames, precision=ft.precision, seed=grid.seed,
+                                 recipe=ft.recipe, epochs=ft.epochs, workers=ft.workers)
             models[(backbone, src)] = ModelPlan(backbone, src, m.clip_model, None, cfg, src, init_from,
                                                 version="ft:" + cfg.key(src, datasets[src].version))
     return models

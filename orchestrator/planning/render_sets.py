@@ -1,14 +1,14 @@
 """Render sets: one (dataset, perturbation, severity), every test clip of a dataset at one cell (at every seed of the
-grid: `Plan.seeds`), the unit a trial
-reads from the render cache. Which sets a trial reads, the order they are rendered in (by the first trial that needs
-them, or Johnson's rule under the cost model), and the actor rows that render them (one row per video x group of a
-dataset's severities, so a video is decoded once). Pure functions of the plan and the cache's contents."""
+grid: `Plan.seeds`), the unit a trial reads from the render cache. Which sets a trial reads, the order they are
+rendered in (by the first trial that needs them, or Johnson's rule under the cost model), and the actor rows that
+render them (one row per video x group of a dataset's severities, so a video is decoded once). Pure functions of the
+plan and the cache's contents."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterator
 
-from orchestrator.planning.cost_model import CostModel
+from orchestrator.planning.cost_model import PlanCosts
 from orchestrator.planning.plan import Plan
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
 from workloads.spec import CLEAN, TrialSpec
@@ -50,13 +50,15 @@ def render_keys(plan: Plan, dataset: str, video_id: str) -> list[RenderKey]:
             for pert, sev in plan.renders[dataset] for seed in plan.seeds]
 
 
-def render_keys_of_set(plan: Plan, dataset: str, perturbation: str, severity: int) -> list[RenderKey]:
-    """The cache keys of every clip of one render set (one per test video and seed of the grid)."""
+def render_keys_of_set(plan: Plan, dataset: str, perturbation: str, severity: int) -> Iterator[RenderKey]:
+    """The cache keys of every clip of one render set (one per test video and seed of the grid), made as they are
+    read: a check whether a set is rendered stops at its first missing clip (`plan` of the full matrix before any
+    render: one key per set, not 524,051)."""
     ds = plan.datasets[dataset]
-    return [RenderKey(dataset, ds.version, vid, perturbation, int(severity), seed,
-                      plan.grid.runtime.num_frames, plan.resolution,
-                      plan.render_assets.get((dataset, perturbation), ""))
-            for seed in plan.seeds for vid in dict.fromkeys(p.video_id for p in ds.test.pairs)]
+    assets = plan.render_assets.get((dataset, perturbation), "")
+    return (RenderKey(dataset, ds.version, vid, perturbation, int(severity), seed,
+                      plan.grid.runtime.num_frames, plan.resolution, assets)
+            for seed in plan.seeds for vid in dict.fromkeys(p.video_id for p in ds.test.pairs))
 
 
 def plan_render_rows(plan: Plan, cache: RenderCache, video_assets: dict[str, dict[str, dict]] | None = None
@@ -89,8 +91,7 @@ def johnson_order(sets: list[RenderSet], render_seconds, trial_seconds) -> list[
     two-stage flow shop, rendering then trials): first the sets whose rendering is shorter than their trials, by
     rendering time ascending (the GPUs get work early), then the rest by trial time descending (short trial tails
     last). `render_seconds(set)` and `trial_seconds(set)`: each stage's time per set on its whole pool of CPUs / GPU
-    slots. `submit` orders through `cost_ordered_sets` (the plan's cost model); benchmarks/cluster_sim.py with its
-    own per-dataset costs."""
+    slots. `submit` and benchmarks/cluster_sim.py order through `cost_ordered_sets` (the plan's cost model)."""
     a = {rs: render_seconds(rs) for rs in sets}
     b = {rs: trial_seconds(rs) for rs in sets}
     first = sorted((rs for rs in sets if a[rs] < b[rs]), key=lambda rs: a[rs])
@@ -99,31 +100,29 @@ def johnson_order(sets: list[RenderSet], render_seconds, trial_seconds) -> list[
 
 
 def cost_ordered_sets(plan: Plan, sets: list[RenderSet], trials: list[TrialSpec], render_cpus: float,
-                      trial_slots: float, cost=None) -> list[RenderSet]:
-    """`sets` in Johnson's order under the plan's cost model (orchestrator/planning/cost_model.py): a set's rendering is
-    its clips x CPU seconds per clip over `render_cpus`, its trials the sum of the trials that read it (a trial reading
-    several sets, a mix, counts a share in each) over `trial_slots`. The clean sets stay first (every checkpoint's check
-    reads them before any trial runs), and where a dataset's clip count is unknown the order is left as given. On the
-    simulated full matrix this order took the makespan from 1.28x to 1.14x the lower bound
-    (docs/notes/2026-11-results-history.md §11): in plan order the cheap-to-render datasets come last and leave a tail
-    of trials after rendering."""
+                      trial_slots: float, costs: PlanCosts | None = None) -> list[RenderSet]:
+    """`sets` in Johnson's order under the plan's cost model (orchestrator/planning/cost_model.py `PlanCosts`): a set's
+    rendering is its CPU seconds over `render_cpus`, its trials the sum of the seconds the trials that read it hold
+    their slots (a trial reading several sets, a mix, counts a share in each) over `trial_slots`. The clean sets stay
+    first (every checkpoint's check reads them before any trial runs), and where a dataset's clip count is unknown the
+    order is left as given. On the simulated full matrix this order took the makespan from 1.28x to 1.14x the lower
+    bound (docs/notes/2026-11-results-history.md §11): in plan order the cheap-to-render datasets come last and leave
+    a tail of trials after rendering."""
 
-    cost = cost or CostModel()
-    sizes = plan.clip_counts()
-    if any(sizes.get(d) is None for d, _, _ in sets):
+    costs = costs or PlanCosts(plan)
+    if any(costs.counts.get(d) is None for d, _, _ in sets):
         return list(sets)
     trial_s: dict[RenderSet, float] = {}
     known = set(sets)
-    slots = cost.slots_per_gpu(plan.grid.runtime.gpus_per_trial)
     for t in trials:
         reads = [rs for rs in trial_render_sets(t) if rs in known]
         if not reads:
             continue
-        share = cost.trial_seconds(sizes[t.dataset], t.batch_size, t.precision, slots) / len(reads)
+        share = costs.trial_slot_seconds(t) / len(reads)
         for rs in reads:
             trial_s[rs] = trial_s.get(rs, 0.0) + share
     ordered = johnson_order([rs for rs in sets if rs[1] != CLEAN],
-                            lambda rs: cost.render_seconds(sizes[rs[0]]) / max(render_cpus, 1e-9),
+                            lambda rs: costs.render_set_seconds(rs) / max(render_cpus, 1e-9),
                             lambda rs: trial_s.get(rs, 0.0) / max(trial_slots, 1e-9))
     return [rs for rs in sets if rs[1] == CLEAN] + ordered
 

@@ -84,8 +84,19 @@ class Terminated(KeyboardInterrupt):
     unwinds through Ray Tune's loop, so the finished trials stay recorded and the parent run is closed KILLED."""
 
 
+_SIGTERM = {"received": False}
+
+
 def _raise_terminated(signum, frame) -> None:
+    _SIGTERM["received"] = True
     raise Terminated()
+
+
+def stopped_by_sigterm(err: BaseException) -> bool:
+    """Whether an interrupt came from SIGTERM. The interrupt that unwinds the submission may be another
+    KeyboardInterrupt than ours (a stopped stage raises its own: orchestrator/run/pipeline.py `_wait`), so the
+    signal's arrival is remembered too."""
+    return isinstance(err, Terminated) or _SIGTERM["received"]
 
 
 def handle_sigterm() -> None:
@@ -97,7 +108,7 @@ def handle_sigterm() -> None:
         signal.signal(signal.SIGTERM, _raise_terminated)
 
 
-def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console) -> None:
+def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console, verbose: bool = False) -> None:
     from collections import Counter
 
     from orchestrator.planning.search import search_line
@@ -130,7 +141,7 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console)
         cached = not m.given_path and plan.model_path(backbone, source).is_file()
         console.print(f"  checkpoint {backbone}/{source}: {what}{' (cached)' if cached else ''}")
 
-    for line in sizing_lines(plan, todo=todo):
+    for line in sizing_lines(plan, todo=todo, verbose=verbose):
         console.print(f"  {escape(line)}")
     if plan.text_sets:
         cached = sum(1 for j in plan.text_sets if j.key.path(plan.paths.render).is_file())

@@ -44,6 +44,10 @@ def auth_token_hint() -> str:
     return f"Ray >= 2.59 asks the dashboard for a token: print it with `ray get-auth-token`{where}"
 
 
+# every worker's first act: no SIGTERM teardown traceback forwarded to the console (orchestrator/run/worker_setup.py)
+WORKER_SETUP = {"worker_process_setup_hook": "orchestrator.run.worker_setup.quiet_sigterm_teardown"}
+
+
 def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard: bool = True) -> dict:
     """Join `address` when given, else start a local Ray bound to loopback only. Returns facts for the console."""
     if address is None:
@@ -60,10 +64,10 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard
     if address is None:
         ctx = ray.init(num_cpus=num_cpus, include_dashboard=dashboard, dashboard_host="127.0.0.1",
                        log_to_driver=True, logging_level="WARNING",
-                       runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}})
+                       runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}, **WORKER_SETUP})
     else:
         try:
-            ctx = ray.init(address=address, log_to_driver=True, logging_level="WARNING")
+            ctx = ray.init(address=address, log_to_driver=True, logging_level="WARNING", runtime_env=WORKER_SETUP)
         except ConnectionError as err:
             if "AuthenticationError" not in repr(err.__cause__) and "InvalidAuthToken" not in str(err.__cause__):
                 raise

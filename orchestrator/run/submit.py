@@ -44,7 +44,7 @@ from orchestrator.record.recorder import LiveRecorder
 from orchestrator.record.sync import ledger_as_of, new_submission_id, select_trials, start_parent, sync_store
 from orchestrator.record.tracker_process import TrackerProcess
 from orchestrator.run import ray_env
-from orchestrator.run.console import Terminated, make_console, print_plan
+from orchestrator.run.console import make_console, print_plan, stopped_by_sigterm
 from orchestrator.run.finish import finish
 from orchestrator.run.gate import ReadyGate
 from orchestrator.run.options import TRIAL_HOOK_ENV, SubmitOptions, SubmitReport
@@ -70,8 +70,7 @@ def submit(grid_path: str, opts: SubmitOptions, console: Console | None = None) 
     if not opts.dry_run:
         plan = build_plan(grid, paths)
     plan.notes.extend(missing_videos(plan))   # all at once, before anything starts; none of a split's: PlanError
-    if not opts.dry_run:
-        check_hub_k(plan)
+    check_hub_k(plan)   # a dry run answers as the submission would (`plan` lists it among its notes)
     todo, status = select_trials(plan, ledger, opts.only_failed, opts.rerun, opts.incomplete)
     done_before = sum(1 for s in status.values() if s == "ok")
     print_plan(plan, status, todo, console)
@@ -172,7 +171,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     except KeyboardInterrupt as err:   # Ctrl-C, or SIGTERM (Terminated): the finished trials stay recorded
         status, stopped = "KILLED", err
         pipeline.stop()
-        why = "stopped by SIGTERM" if isinstance(err, Terminated) else "interrupted"
+        why = "stopped by SIGTERM" if stopped_by_sigterm(err) else "interrupted"
         console.print(f"[yellow]{why}: every finished trial is in the ledger; run the rest with: "
                       f"mlvp resume {grid.source}[/]")
     except BaseException:

@@ -410,10 +410,13 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
             with _tune_settings_for_many_trials():
                 tuner.fit()
             errors += scheduler.crashed
-            trials += searcher.handed
-            del tuner   # and with it the Trial objects Tune held for this wave
+            handed, ended_idle = searcher.handed, searcher.ended_idle
+            trials += handed
+            # the Tuner, and the searcher and scheduler Tune handed its trials to, hold this wave's Trial objects:
+            # dropped before the next wave starts, not when it replaces them
+            del tuner, searcher, scheduler
             gc.collect()
-            if searcher.handed < quota and not searcher.ended_idle:   # the gate said FINISHED (closed, none left)
+            if handed < quota and not ended_idle:   # the gate said FINISHED (closed, none left)
                 break
     finally:
         analysis_log.setLevel(level)

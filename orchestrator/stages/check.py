@@ -147,8 +147,8 @@ def print_check(report: CheckReport, console: Console) -> None:
                 continue
             if r not in c.compared:
                 console.print(f"          paper: R@1 {_fmt(r.r1)}  R@5 {_fmt(r.r5)}  R@10 {_fmt(r.r10)}  "
-                              f"({escape(r.where)}) not compared: {r.queries} queries in that protocol, "
-                              f"{c.n_queries} here")
+                              f"({escape(r.where)}) not compared: {r.queries} queries x {r.gallery or r.queries} "
+                              f"in that protocol, {c.n_queries} x {c.n_gallery} here")
                 continue
             gap = m["R1"] - r.r1
             verdict = "[green]ok[/]" if gap >= -report.tolerance else "[red]MISS[/]"

@@ -38,9 +38,14 @@ def launch_models(plan: Plan, console: Console, cpus: int | None = None) -> dict
         init = parent if parent else None if m.clip_only else plan.grid.models.pretrained
         what = f"pretraining the zero-shot CLIP on {ds} single frames" if m.clip_only \
             else f"fine-tuning {backbone} on {ds}"
-        console.print(f"{what} ({m.finetune.steps} steps{', from ' + m.init_from[0] if m.init_from else ''}) ...")
+        ft = m.finetune
+        length = f"{ft.steps} steps" if ft.published is None else \
+            f"recipe {ft.recipe}, {ft.epochs or ft.published.epochs:g} epochs"
+        console.print(f"{what} ({length}{', from ' + m.init_from[0] if m.init_from else ''}) ...")
         after = refs.get(parent) if parent else None   # a dependency: Ray starts this task when that one is done
-        refs[str(path)] = task.remote(m.finetune, ds, dsp.root, dsp.options, dsp.version, str(plan.paths.models),
+        # on a GPU the task holds one CPU plus one per DataLoader worker assembling its batches (FinetuneConfig.workers)
+        run = task.options(num_cpus=cpus + ft.workers) if gpus and ft.workers else task
+        refs[str(path)] = run.remote(m.finetune, ds, dsp.root, dsp.options, dsp.version, str(plan.paths.models),
                                       init, "cuda" if gpus else "cpu", after)
     return refs
 

@@ -108,6 +108,19 @@ def quiet_ray_data():
         logger.setLevel(level)
 
 
+def render_task_memory(plan: Plan, datasets) -> int:
+    """Bytes each render task reserves in Ray (`memory=`): the measured peak of the largest perturbation type
+    (workloads/render_memory.py `render_bytes`) at the largest of these datasets' source clips (mean size from a sample
+    of their videos, else typical: orchestrator/planning/cost_model.py `clip_size`). Ray schedules by it, so a node
+    runs only as many renders as its memory holds; it is a reservation, not a limit."""
+    from orchestrator.planning.cost_model import clip_size
+    from workloads.render_memory import render_bytes
+
+    sizes = [clip_size(d, plan.datasets[d]) for d in sorted(set(datasets))]
+    return max((render_bytes(max(1, round(c.width)), max(1, round(c.height)), max(1, round(c.fps * c.seconds)))
+                for c in sizes), default=render_bytes(320, 240, 300))
+
+
 def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
            video_assets: dict[str, dict[str, dict]] | None = None, actors: int | None = None,
            console=None) -> RenderSummary:
@@ -132,6 +145,7 @@ def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
     ds = ray.data.from_items(rows, override_num_blocks=min(len(rows), size * 8))
     ds = ds.map_batches(
         render_rows, batch_size=1, compute=ray.data.TaskPoolStrategy(size=size), num_cpus=1,
+        memory=render_task_memory(plan, (r["dataset"] for r in rows)),
         fn_kwargs={"cache_root": str(plan.paths.render), "seed": plan.grid.seed,
                    "num_frames": plan.grid.runtime.num_frames, "resolution": plan.resolution,
                    "assets": assets or {}})
@@ -267,7 +281,8 @@ class RenderStream:
             "num_frames": self.plan.grid.runtime.num_frames, "resolution": self.plan.resolution,
             "assets": self.assets}
         ds = ds.map_batches(self.render_fn, batch_size=1, compute=ray.data.TaskPoolStrategy(size=size),
-                            num_cpus=self.cpus_per_actor, fn_kwargs=kwargs)
+                            num_cpus=self.cpus_per_actor, fn_kwargs=kwargs,
+                            memory=render_task_memory(self.plan, (rs[0] for rs in sets)))
         with quiet_ray_data():
             for row in ds.iter_rows():
                 if self._stop.is_set():

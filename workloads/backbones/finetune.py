@@ -48,7 +48,22 @@ def resolve_precision(precision: str, device: torch.device) -> str:
         return precision
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+    return "bf16" if device.type == "cpu" and cpu_has_native_bf16() else "fp32"
+
+
+def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU computes bf16 natively (x86: AVX-512 BF16 or AMX-BF16; Arm: the bf16 feature), read from
+    the kernel's CPU flags; False where they cannot be read (macOS, Windows), so "auto" falls back to fp32."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return False
+    flags = set()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip().lower() in ("flags", "features"):
+            flags.update(value.split())
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
 def decode_split(split: Split, num_frames: int, size: int, cache_dir: str | Path | None = None,
@@ -296,9 +311,7 @@ def batch_plans(config: FinetuneConfig, groups: list[list[int]], n_pairs: int, n
                 yield rows, fidx, None
 
         return quick(), config.steps
-    per_epoch = math.ceil(n_pairs / recipe.batch_size)
-    epochs = recipe.epochs if config.epochs is None else config.epochs
-    steps = max(1, round(epochs * per_epoch))
+    steps = config.step_count(n_pairs)
 
     def published():
         done = 0

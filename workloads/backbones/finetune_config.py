@@ -14,6 +14,7 @@ run on purpose.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -97,6 +98,20 @@ class FinetuneConfig:
     def published(self) -> Recipe | None:
         """The published trainer's recipe, or None for "quick"."""
         return RECIPES.get(self.recipe)
+
+    def step_count(self, n_pairs: int) -> int:
+        """Optimiser steps on a train split of `n_pairs` (video, caption) pairs: `steps` (quick), else the recipe's
+        epochs (or `epochs`) over every pair in batches of its size, the last batch of an epoch shorter."""
+        recipe = self.published
+        if recipe is None:
+            return self.steps
+        epochs = recipe.epochs if self.epochs is None else self.epochs
+        return max(1, round(epochs * math.ceil(max(n_pairs, 1) / recipe.batch_size)))
+
+    def images_per_step(self) -> int:
+        """Frames one step puts through the model: batch x frames per clip (the recipe's where published)."""
+        recipe = self.published
+        return recipe.batch_size * recipe.frames if recipe else self.batch_size * self.frames_per_clip
 
     def key_fields(self) -> dict:
         """What the key is made of: the settings that change the weights, nothing else."""
