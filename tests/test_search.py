@@ -130,3 +130,11 @@ def test_shipped_selection_grids_plan(tmp_path, mlvp_env):
     summary = full.summary()
     # 12 types x 2 backbones x 3 seeds x (Source + 6 methods x (1 + 8 configurations))
     assert summary["trials"] == 12 * 2 * 3 * (1 + 6 * 9) and summary["trials_searched"] == 12 * 2 * 3 * 6 * 8
+
+
+def test_the_cost_model_prices_every_seed_of_a_render_set(tmp_path):
+    from orchestrator.planning.cost_model import PlanCosts
+
+    one, three = plan_of(tmp_path / "one"), plan_of(tmp_path / "three", seeds=[0, 1, 2])
+    rs = ("synthetic", "gaussian_noise", 5)
+    assert PlanCosts(three).render_set_seconds(rs) == pytest.approx(3 * PlanCosts(one).render_set_seconds(rs))
