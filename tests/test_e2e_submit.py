@@ -48,8 +48,10 @@ def test_submit_runs_every_cell_logs_mlflow_writes_tables_and_resubmit_reuses(tm
     # QS table in Table 1's layout: rows backbone x method, columns perturbation + Avg + Clean
     qs = pq.read_table(results / "micro" / "qs_R1.parquet").to_pandas()
     cols = ["gaussian_noise", "impulse_noise", "Avg", "Clean"]
+    # each cell with its 95% interval: one seed, so a bootstrap over the queries' R@1 (orchestrator/config/tables.py)
     assert list(qs.columns) == ["dataset", "direction", "severity", "backbone", "method", *cols,
-                                *(f"{c}:state" for c in cols)]
+                                *(f"{c}:state" for c in cols), *(f"{c}:{e}" for c in cols for e in ("low", "high"))]
+    assert ((qs["Avg:low"] <= qs["Avg"]) & (qs["Avg"] <= qs["Avg:high"])).all()
     assert (qs[[f"{c}:state" for c in cols]] == "ok").all().all()
     assert len(qs) == 2 * 2 * 2  # 2 severities x 2 backbones x 2 methods
     row = qs[(qs.severity == 5) & (qs.backbone == "xpool") & (qs.method == "tent")].iloc[0]

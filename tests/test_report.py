@@ -51,9 +51,10 @@ def test_report_by_name_tables_plots_and_mlflow(tiny_results):
     hub = cells[cells.table == "hubness"].set_index(["method", "group", "column"])
     assert hub.loc[("tent", "Robin Hood", "Clean"), "value"] == pytest.approx(
         by_cell[("tent", "clean", 0)]["hub_robin_hood"])
-    # best per column in bold, in the page and the Markdown
+    # best per column in bold, in the page and the Markdown, with its 95% interval (one seed: over queries)
     best = max(mean.loc[("source", "Avg"), "value"], mean.loc[("tent", "Avg"), "value"])
-    assert f"<b>{best:.1f}</b>" in page and f"**{best:.1f}**" in (out / "report.md").read_text()
+    assert f"<b>{best:.1f} ±" in page and f"**{best:.1f} ±" in (out / "report.md").read_text()
+    assert ((main_r1["low"] <= main_r1["value"] + 1e-9) & (main_r1["value"] <= main_r1["high"] + 1e-9)).all()
 
     # per-batch R@1 recorded by the trial: its batches (16 queries) average back to the trial's R@1
     for e in r.entries.values():
@@ -125,8 +126,9 @@ def test_missing_and_failed_cells_are_never_numbers(tiny_results, tmp_path, caps
     console = capsys.readouterr().out
     tables_md = (results / "tiny" / "qs_tables.md").read_text()
     for text in (console, tables_md, md):
-        assert "| failed |" in text and "| missing |" in text and f"| {partial} |" in text, text[-2000:]
-        assert f"**{partial}**" not in text   # a partial mean is never a column's best
+        # the partial mean with its interval (a bootstrap over the queries of the one trial that ran)
+        assert "| failed |" in text and "| missing |" in text and f"| {partial} ±" in text, text[-2000:]
+        assert f"**{partial}" not in text   # a partial mean is never a column's best
     assert console.index("mean over severity") < console.index("severity 1")   # the headline table first
     # the Parquet tables: null values, with their states beside them
     per_sev = pq.read_table(results / "tiny" / "qs_R1.parquet").to_pandas().set_index(["severity", "method"])
@@ -139,7 +141,7 @@ def test_missing_and_failed_cells_are_never_numbers(tiny_results, tmp_path, caps
     trials = pq.read_table(results / "tiny" / "trials.parquet").to_pandas().set_index("key")
     assert trials.loc[missing["key"], "status"] == "missing" and trials.loc[failed["key"], "status"] == "failed"
     # and the page: a partial cell says over how many, the missing one reads missing
-    assert f'<td class="partial" title="mean over 1 of 2">{partial}</td>' in page
+    assert '<td class="partial" title="mean over 1 of 2; 95% interval [' in page and f">{partial} ±" in page
     assert '<td class="missing">missing</td>' in page
 
 
@@ -156,7 +158,14 @@ def test_ledger_entries_without_per_query_lists(tiny_results):
     full, light = ledger.entries(keys), ledger.entries(keys, lists=False)
     assert len(full) == len(light) == 10
     assert all(len(e["k_occurrence"]) == e["n_gallery"] and e["batch_R1"] for e in full)
-    assert light == [{k: v for k, v in e.items() if k not in PER_QUERY} for e in full]
+    # each query's share of R@1 stays (the tables' intervals read it), as float16 rather than a list
+    assert all(f.get("query_R1") for f in full if f["status"] == "ok")
+    for e, f in zip(light, full):
+        if f.get("query_R1"):
+            q = e.pop("query_R1")
+            assert isinstance(q, np.ndarray) and q.dtype == np.float16 and len(q) == f["n_queries"]
+            np.testing.assert_allclose(q, f["query_R1"], atol=1e-3)
+    assert light == [{k: v for k, v in e.items() if k not in (*PER_QUERY, "query_R1")} for e in full]
 
 
 def test_severity_figures_redrawn_in_one_figure_match_figures_drawn_alone(tmp_path):

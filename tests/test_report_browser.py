@@ -64,9 +64,10 @@ def test_report_page_renders(tiny_results, tmp_path):
     text = visible_text(chromium("--virtual-time-budget=5000", "--dump-dom", index.as_uri()))
     assert "tiny: results" in text and "10 cells: 10 done, 0 failed, 0 never run" in text
     assert "R@1 (%): synthetic, v2t, mean over severity 1/5" in text and "Hubness at k=10" in text
-    # the table as laid out: level group over the types, then Avg and Clean; Source's row before Tent's
-    assert re.search(r"backbone method low gaussian_noise fog Avg Clean clip4clip source [\d.]+ [\d.]+ "
-                     r"[\d.]+ [\d.]+ clip4clip tent", text), text[:2000]
+    # the table as laid out: level group over the types, then Avg and Clean; Source's row before Tent's; each
+    # number with its 95% interval (one seed: a bootstrap over queries)
+    assert re.search(r"backbone method low gaussian_noise fog Avg Clean clip4clip source (?:[\d.]+ ±[\d.]+ ){4}"
+                     r"clip4clip tent", text), text[:2000]
     shot = tmp_path / "report.png"
     chromium("--window-size=1200,1500", f"--screenshot={shot}", index.as_uri())
     keep_screenshot(shot, "report_page.png")

@@ -225,3 +225,40 @@ IN_DOMAIN_UPPER_BOUNDS = {
     ("msrvtt", "v2t", "clip4clip"): (41.5, "below H.264 severity 2 (Table 33) and 1 (Table 32), Appendix E.4"),
     ("msrvtt", "v2t", "xpool"): (44.9, "below H.264 severity 2 (Table 33) and 1 (Table 32), Appendix E.4"),
 }
+
+
+# HAT-VTR's Table 1: v2t R@1 (%) on MSRVTT-1kA at severity 5 per query-shift type (registry names, in the table's
+# column order), per backbone and method row ("hat_vtr" is the paper's "Ours"). The selection report ranks the
+# methods of a grid by these, over the types the grid runs, beside its own rankings (orchestrator/report/selection.py).
+TABLE1_TYPES = ("gaussian_noise", "impulse_noise", "fog", "snow", "elastic_distortion", "h264_compression",
+                "motion_blur", "video_defocus", "main_object_occlusion", "style_transfer", "event_insertion",
+                "temporal_scrambling")
+TABLE1_V2T_MSRVTT_SEV5 = {
+    "clip4clip": {
+        "source": (8.7, 5.2, 26.7, 14.9, 10.1, 26.2, 24.6, 5.2, 22.5, 4.8, 22.2, 32.8),
+        "tent": (5.0, 2.7, 27.8, 16.1, 10.8, 26.2, 25.6, 4.6, 22.4, 4.2, 22.9, 33.1),
+        "read": (9.5, 6.7, 26.7, 13.8, 9.8, 25.9, 22.6, 5.8, 22.2, 5.8, 22.1, 32.7),
+        "sar": (7.2, 3.1, 27.9, 16.5, 11.7, 26.4, 25.8, 5.2, 22.8, 4.3, 22.7, 33.0),
+        "eata": (16.2, 0.7, 30.0, 17.3, 18.5, 27.5, 28.7, 6.4, 24.5, 2.1, 23.2, 34.0),
+        "tcr": (17.3, 11.6, 32.9, 21.9, 20.1, 28.4, 28.7, 9.0, 25.2, 6.7, 22.7, 32.0),
+        "hat_vtr": (23.1, 13.5, 38.1, 29.6, 29.6, 30.6, 32.6, 15.7, 30.1, 12.1, 26.3, 33.1),
+    },
+    "xpool": {
+        "source": (10.3, 7.1, 27.8, 17.2, 17.0, 28.8, 25.4, 6.2, 30.2, 6.6, 30.3, 33.6),
+        "tent": (7.4, 3.7, 29.0, 19.1, 18.2, 29.5, 27.0, 6.7, 31.0, 5.9, 30.5, 34.1),
+        "read": (11.5, 8.9, 27.7, 17.0, 16.3, 28.3, 23.6, 6.3, 29.8, 7.6, 30.3, 33.7),
+        "sar": (10.0, 3.9, 28.7, 19.3, 18.2, 29.5, 27.5, 7.7, 30.9, 6.3, 30.8, 34.0),
+        "eata": (18.2, 0.9, 33.9, 21.8, 23.1, 30.9, 30.6, 9.3, 30.6, 3.5, 31.4, 35.0),
+        "tcr": (17.5, 16.7, 33.6, 22.4, 21.5, 31.0, 30.0, 9.8, 31.4, 9.2, 30.8, 34.1),
+        "hat_vtr": (26.2, 22.3, 41.4, 30.9, 33.7, 35.6, 35.3, 17.8, 35.5, 14.4, 35.2, 34.7),
+    },
+}
+
+
+def table1_mean(backbone: str, method: str, types) -> float | None:
+    """The mean of Table 1's R@1 over `types` for one backbone and method row (None: not in the table)."""
+    row = TABLE1_V2T_MSRVTT_SEV5.get(backbone, {}).get(method)
+    types = [t for t in types if t in TABLE1_TYPES]
+    if row is None or not types:
+        return None
+    return sum(row[TABLE1_TYPES.index(t)] for t in types) / len(types)

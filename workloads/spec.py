@@ -25,7 +25,7 @@ def cell_label(perturbation: str, severity: int) -> str:
 
 
 # field -> default of the fields added to TrialSpec after keys were first recorded (see TrialSpec.key)
-_ADDED_FIELDS = {"mix": ""}
+_ADDED_FIELDS = {"mix": "", "config": "", "stream_order": "", "source_pairs": 0}
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,10 @@ class TrialSpec:
                                  # for a mix: canonical JSON {perturbation: version}
     variant: str = ""            # the grid's name for a method variant (ablation row); "" = the plain method
     mix: str = ""                # a mixed shift (workloads/mixing.py, canonical JSON); "" = one perturbation
+    config: str = ""             # a searched configuration's name ("random-3"; orchestrator/planning/search.py);
+                                 # "" = the grid's own configuration of the method
+    stream_order: str = ""       # "" = the authors' order (annotation order); "shuffled" = permuted by `seed`
+    source_pairs: int = 0        # clean source train pairs retrieved after adapting ("source accuracy"); 0 = none
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -67,7 +71,9 @@ class TrialSpec:
             from workloads.mixing import Mix
 
             object.__setattr__(self, "mix", Mix.from_json(self.mix).to_json())
-        elif (self.perturbation == CLEAN) != (self.severity == 0):
+        if self.stream_order not in ("", "shuffled"):
+            raise ValueError(f"stream_order must be '' (the authors' order) or 'shuffled', got {self.stream_order!r}")
+        if (not self.mix) and (self.perturbation == CLEAN) != (self.severity == 0):
             raise ValueError(f"clean trials have severity 0 and perturbed ones 1..; got {self.perturbation!r} "
                              f"at severity {self.severity}")
         # canonicalise options so equal dicts give equal keys
@@ -105,7 +111,13 @@ class TrialSpec:
         """Human name of the trial: "synthetic v2t clip4clip tent gaussian_noise-3" (plus "from <source>" when the
         model was fine-tuned elsewhere)."""
         src = f" from {self.source_dataset}" if self.source_dataset not in ("", self.dataset) else ""
-        return f"{self.dataset}{src} {self.direction} {self.backbone} {self.method_label} {self.cell}"
+        return f"{self.dataset}{src} {self.direction} {self.backbone} {self.method_label} {self.cell}{self.run_suffix}"
+
+    @property
+    def run_suffix(self) -> str:
+        """What tells a searched configuration or another seed apart in a trial's name: " random-3 seed 1"; "" for
+        the grid's own configuration at seed 0."""
+        return (f" {self.config}" if self.config else "") + (f" seed {self.seed}" if self.seed else "")
 
     @property
     def method_label(self) -> str:
@@ -135,6 +147,8 @@ class TrialResult:
     metrics: dict[str, float] = field(default_factory=dict)
     k_occurrence: list[int] = field(default_factory=list)
     batch_R1: list[float] = field(default_factory=list)   # R@1 (%) of each stream batch, in stream order
+    # each query's share of R@1 (0..1: a hit, or its probability under expected ties), in test-split order
+    query_R1: list[float] = field(default_factory=list)
     n_queries: int = 0
     n_gallery: int = 0
     dropped: list[dict[str, str]] = field(default_factory=list)

@@ -10,6 +10,11 @@ the galleries: the clean ones are the other direction's gallery, the shifted one
 cell) and on the queries as the method scored them. A method that learns from the source domain (TITAN) is given
 encoded pairs of the dataset's train split (cached likewise) or told why there are none.
 
+Beside R@1 a trial records each query's share of R@1 (`query_R1`, in test-split order: the tables bootstrap
+intervals from it) and label-free signals for choosing hyperparameters without test labels (workloads/selection.py):
+prediction entropy, soft neighbourhood density, and with `spec.source_pairs` R@1 on clean source train pairs after
+adapting. `spec.stream_order` "shuffled" permutes the query stream by the trial's seed.
+
 A query clip missing from the render cache (its video failed to decode or perturb) is dropped from the stream and
 listed in the result: a corrupt video fails that video, not the trial. In t2v a failed gallery video also drops
 the caption that points at it.
@@ -37,8 +42,9 @@ from workloads.datasets import create_dataset
 from workloads.datasets.base import DatasetError, Split
 from workloads.methods import Gallery, NonFiniteError, QueryBatch, SourceFeatures, create_method, run_stream
 from workloads.metrics import embedding_diagnostics, k_occurrence, recall_hits, summarise, tie_rule
+from workloads.selection import prediction_entropy, soft_neighbourhood_density, source_accuracy
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
-from workloads.seeding import digest
+from workloads.seeding import digest, rng_for
 from workloads.spec import CLEAN, TrialResult, TrialSpec
 from workloads.text_queries import TextSetKey, read_text_set
 from workloads.video_io import VideoDecodeError, read_frames, resize_center_crop
@@ -378,6 +384,46 @@ def encode_source(spec: TrialSpec, model: VideoTextModel, ctx: TrialContext, n_p
     return SourceFeatures(feats["text"].to(ctx.device), feats["video"].to(ctx.device)), ""
 
 
+def stream_rows(spec: TrialSpec, rows: list[int]) -> list[int]:
+    """The queries in stream order: as given (the authors' annotation order), or with `stream_order: shuffled` a
+    permutation drawn from the trial's seed (the same for every method of a cell and seed)."""
+    if spec.stream_order != "shuffled":
+        return rows
+    order = rng_for("stream", spec.dataset, spec.seed).permutation(len(rows))
+    return [rows[i] for i in order]
+
+
+def source_r1(spec: TrialSpec, model: VideoTextModel, ctx: TrialContext) -> tuple[float | None, str]:
+    """R@1 after adaptation on `spec.source_pairs` clean pairs of the checkpoint's source train split
+    (workloads/selection.py `source_accuracy`): (R@1, "") or (None, why not). The decoded clips are cached in the
+    gallery cache by the chosen pairs' fingerprint, frames and resolution (uint8), so each trial only encodes."""
+    if spec.source_dataset not in ("", spec.dataset):
+        return None, "only a checkpoint's own dataset's train split reaches a trial"
+    try:
+        train = create_dataset(spec.dataset, root=ctx.dataset_root, **ctx.dataset_options).train_split()
+    except (DatasetError, OSError) as err:
+        return None, f"no train split: {str(err).splitlines()[0]}"
+    picked = [train.pairs[i] for i in source_split_rows(train, spec.source_pairs)]
+
+    def decode() -> dict:
+        clips, captions = [], []
+        for pair in picked:
+            try:
+                clips.append(resize_center_crop(read_frames(pair.video_path, spec.num_frames), model.image_size))
+            except VideoDecodeError:
+                continue
+            captions.append(pair.caption)
+        return {"frames": torch.from_numpy(np.stack(clips)) if clips else torch.zeros(0), "captions": captions}
+
+    key = digest({"pairs": digest([(p.video_id, p.caption) for p in picked]), "frames": spec.num_frames,
+                  "size": model.image_size, "data": spec.data_version})
+    clips = _cached_features(ctx, f"{spec.dataset}-source-clips-{key}.pt", decode)
+    if len(clips["captions"]) < 2:
+        return None, "fewer than two source videos could be decoded"
+    with _autocast(spec, ctx):
+        return source_accuracy(model, spec.direction, clips["frames"], clips["captions"], spec.batch_size), ""
+
+
 def batch_recall(scores, gt, batch_size: int, ties: str, gallery_groups=None) -> list[float]:
     """R@1 (%) of each stream batch: row i of the final score matrix is query i scored when its batch was adapted
     on (workloads/methods run_stream), so consecutive `batch_size` rows are one step of the stream. Same tie rule and
@@ -420,6 +466,7 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
             video_cells = query_cells(spec, len(video_rows))  # one draw per query (video) in stream order
             cells = [video_cells[g] for g in groups]
             query_rows, dropped, metas = _load_clips(spec, cache, test, cells, video_rows)
+            query_rows = stream_rows(spec, query_rows)
             gt = groups[query_rows]                          # the query's video: positives are its captions
             if len(video_rows) < len(test):
                 gallery_groups = groups
@@ -430,7 +477,7 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
             gallery_rows, dropped, _ = _load_clips(spec, cache, test, [(CLEAN, 0)] * len(test), video_rows)
             position = {int(groups[r]): j for j, r in enumerate(gallery_rows)}
             # a caption whose video failed has no match: drop it
-            query_rows = [i for i in range(len(test)) if int(groups[i]) in position]
+            query_rows = stream_rows(spec, [i for i in range(len(test)) if int(groups[i]) in position])
             gt = np.asarray([position[int(groups[i])] for i in query_rows], dtype=np.int64)
             if faithful is not None:
                 result.faithful_renders = float(np.mean([faithful[i] for i in query_rows])) if query_rows else None
@@ -492,6 +539,20 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
                 result.metrics.update(embedding_diagnostics(z, gallery_z, stage))
         result.timings["diagnostics_s"] = diagnostics_s + time.perf_counter() - t_diag
         result.metrics.update(method.stream_stats(gt, gallery_groups))
+        # label-free selection signals (workloads/selection.py) and each query's share of R@1 in test-split order,
+        # from which the tables bootstrap an interval over queries (orchestrator/config/tables.py)
+        result.metrics["pred_entropy"] = prediction_entropy(scores)
+        result.metrics["snd"] = soft_neighbourhood_density(stages["adapted"])
+        hits = recall_hits(scores, gt, 1, ties=tie_rule(spec.faithful), gallery_groups=gallery_groups)
+        result.query_R1 = [round(float(h), 4) for h in hits[np.argsort(np.asarray(query_rows), kind="stable")]]
+        if spec.source_pairs:
+            t_source = time.perf_counter()
+            r1, why = source_r1(spec, model, ctx)
+            if r1 is None:
+                result.notes.append(f"source accuracy skipped: {why}")
+            else:
+                result.metrics["source_R1"] = r1
+            result.timings["source_eval_s"] = time.perf_counter() - t_source
         result.k_occurrence = k_occurrence(scores, spec.hub_k).tolist()
         result.batch_R1 = batch_recall(scores, gt, spec.batch_size, tie_rule(spec.faithful), gallery_groups)
         result.n_queries, result.n_gallery = int(scores.shape[0]), int(scores.shape[1])

@@ -18,6 +18,7 @@ from orchestrator.config.errors import GridError, MissingPath, check_choice, che
 from orchestrator.config.names import known_backbones, known_datasets, known_methods, known_text_perturbations
 from orchestrator.config.scenarios import SCENARIOS
 from orchestrator.config.schema import AssetsSpec, GridSpec, build
+from orchestrator.config.search import check_search, check_seeds
 from orchestrator.config.shipped import grid_name_problem
 from workloads.backbones.configs import known_models, model_config, project_models, weights_file_problem
 
@@ -126,6 +127,8 @@ def validate(grid: GridSpec) -> GridSpec:
         _check_method_options(f"method_options.{m}", m, options, grid.faithful)
     for scenario in grid.scenarios.values():
         scenario.check(grid)
+    check_seeds(grid)
+    check_search(grid)
     name = grid.models.clip_model
     if "/" not in name and ":" not in name and model_config(name) is None:   # hub or folder names: open_clip's
         raise GridError(f"models.clip_model: unknown open_clip config {name!r}{did_you_mean(name, known_models())}; "

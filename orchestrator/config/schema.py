@@ -103,6 +103,29 @@ class VariantSpec:
     faithful: bool | None = None             # None: the grid's `faithful`
 
 
+SEARCH_ALGORITHMS = ("grid", "random", "tpe")
+# the label-free signals a search can optimise (TPE) and the selection protocols pick by: trial metric -> whether
+# higher is better (orchestrator/config/search.py says what each is; workloads/selection.py computes them)
+SURROGATES = {"pred_entropy": False, "hub_skewness": False, "snd": True, "uniformity_adapted": True,
+              "modality_gap_adapted": False, "source_R1": True}
+
+
+@dataclass
+class SearchSpec:
+    """Hyperparameter search: per method, options (and `steps`) as lists or distributions; each sampled
+    configuration runs as its own trial in every cell and seed, beside the grid's own configuration, and the
+    selection tables pick one per cell by test R@1 (the oracle, an upper bound) or by a label-free signal."""
+    # method or variant of the grid -> option -> a list of values, or {uniform | loguniform | randint: [low, high]}
+    methods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    algorithm: str = opt("random", choices=SEARCH_ALGORITHMS)   # grid: every combination of the lists
+    budget: int = opt(8, min=1)              # configurations per (method, cell, seed), the grid's own not counted
+    seed: int = opt(0, min=0)                # the sampler's seed (configurations are drawn when the grid is planned)
+    # tpe only: the signal Optuna's TPE maximises (a label-free one: see SURROGATES; R1 is the oracle)
+    objective: str = opt("source_R1", choices=(*SURROGATES, "R1"))
+    # clean pairs of the source train split each trial retrieves after adapting ("source accuracy"); 0: none
+    source_pairs: int = opt(128, min=0)
+
+
 # Ray Tune trials per `Tuner.fit` (None: all of a submission in one). Tune keeps a `Trial` object per trial on the
 # driver until its `fit` ends; a number splits a submission into waves, which bounds that at the cost of a barrier
 # and fresh trial actors at each wave's end (orchestrator/run/tune.py "Waves").
@@ -128,6 +151,8 @@ class RuntimeSpec:
     trials_per_wave: int | None = opt(TRIALS_PER_WAVE, min=1)
     render_actors: int | None = opt(None, min=1)   # render tasks at once (Ray Data; None: the CPUs the trials leave)
     save_scores: bool = True                 # keep each trial's score matrix (fp16) for re-analysis
+    # the order of the query stream: the authors' (annotation order) or shuffled by each trial's seed
+    stream_order: str = opt("authors", choices=("authors", "shuffled"))
 
 
 @dataclass
@@ -138,6 +163,9 @@ class GridSpec:
     methods: list[str]                       # registered methods and variant names: the tables' rows
     description: str = ""                    # free text
     seed: int = opt(0, min=0)                # perturbation draws and every random choice of a method
+    # seeds as an axis: every trial once per seed (perturbation draws, a method's random choices, a shuffled
+    # stream); empty: [seed]. Checkpoints are fine-tuned once, with `seed`
+    seeds: list[int] = field(default_factory=list)
     faithful: bool = True                    # reproduce the authors' code (false: the papers' behaviour)
     # per-method options (every method: lr, weight_decay, temperature; plus its own, checked when the grid loads)
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -145,9 +173,16 @@ class GridSpec:
     models: ModelsSpec = field(default_factory=ModelsSpec)           # CLIP weights, checkpoints, fine-tuning
     assets: AssetsSpec = field(default_factory=AssetsSpec)           # perturbation assets (local paths)
     runtime: RuntimeSpec = field(default_factory=RuntimeSpec)        # trial and scheduling knobs
+    # hyperparameter search per method and label-free selection (orchestrator/config/search.py)
+    search: SearchSpec | None = None
     # the scenario sections present (query_shift, query_gallery_shift.cross_dataset, ...), in registry order
     scenarios: dict[str, Any] = field(default_factory=dict)
     source: str = ""                         # the file it came from (set by load_grid)
+
+    @property
+    def trial_seeds(self) -> list[int]:
+        """The seeds every trial runs at: `seeds`, else [`seed`]."""
+        return list(self.seeds) or [self.seed]
 
     @property
     def query_shift(self):
@@ -181,6 +216,9 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
+        real = [a for a in args if a is not type(None)]
+        if len(real) == 1 and dataclasses.is_dataclass(real[0]):   # a section or null: its own error names the key
+            return _convert(value, real[0], where)
         for arg in args:
             if arg is type(None):
                 continue

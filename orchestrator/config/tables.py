@@ -7,9 +7,17 @@ the HTML report (orchestrator/report/formats.py) only render them, so a cell rea
 - partial: a number over fewer (`of` says how many): written with `*`, never bold as a column's best;
 - failed: a trial of the cell failed (`key`: the first): written `failed`, never a number;
 - missing: no trial of the cell ran: written `missing`, never zero.
+
+A cell with a number also carries a 95% interval (`low`, `high`; written "41.0 ±1.2", half its width) where one can
+be had: over seeds when the cell's trials ran at several (`seeds`: each seed's mean; Student's t over them), else a
+bootstrap over queries from each trial's per-query R@1 (`draws`: BOOTSTRAP_DRAWS means of queries resampled with
+replacement, the same resampled positions for every trial of that query count, so cells over the same queries stay
+paired: their difference has its own interval). Averages (`mean_of`) and differences (`difference`) carry them
+through, seed by seed or draw by draw. Without either (one seed, a metric with no per-query value) there is none.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,20 +30,38 @@ STATES = ("ok", "partial", "failed", "missing")
 LEVEL_ORDER = ["low", "mid", "high", "character", "word", "sentence"]
 
 
+CONFIDENCE = 0.95
+BOOTSTRAP_DRAWS = 1000
+
+
 @dataclass
 class Value:
-    """One table cell: a number, or why there is none (the module docstring says what each state means)."""
+    """One table cell: a number, or why there is none (the module docstring says what each state means), and its
+    95% interval when it has one."""
     value: float = math.nan
     state: str = "missing"
     key: str = ""
     of: str = ""
+    low: float = math.nan                                    # the 95% interval (nan: none)
+    high: float = math.nan
+    seeds: dict[int, float] = field(default_factory=dict)    # seed -> the cell's value at that seed (2 or more)
+    draws: Any = None                                        # bootstrap means over queries (numpy [BOOTSTRAP_DRAWS])
 
     def text(self, digits: int) -> str:
         if self.state == "failed":
             return "failed"
         if self.state == "missing" or math.isnan(self.value):
             return "missing"
-        return f"{self.value:.{digits}f}" + ("*" if self.state == "partial" else "")
+        out = f"{self.value:.{digits}f}" + ("*" if self.state == "partial" else "")
+        return out + (f" ±{self.half_width:.{digits}f}" if self.has_interval else "")
+
+    @property
+    def has_interval(self) -> bool:
+        return not (math.isnan(self.low) or math.isnan(self.high))
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
 
     @property
     def number(self) -> float | None:
@@ -44,18 +70,75 @@ class Value:
 
 
 def combine(trials: list[dict[str, Any]], metric: str) -> Value:
-    """The mean of `metric` over a group of planned trials (each a row with `status`: ok / failed / missing)."""
+    """The mean of `metric` over a group of planned trials (each a row with `status`: ok / failed / missing), with
+    its interval over the trials' seeds, or over their queries (module docstring)."""
     if not trials:
         return Value()
     failed = [t for t in trials if t["status"] == "failed"]
     if failed:
         return Value(state="failed", key=failed[0]["key"])
-    vals = [t[metric] for t in trials if t["status"] == "ok" and t.get(metric) is not None
-            and not pd.isna(t.get(metric))]
-    if not vals:
+    ran = [t for t in trials if t["status"] == "ok" and t.get(metric) is not None and not pd.isna(t.get(metric))]
+    if not ran:
         return Value()
-    return Value(float(np.mean(vals)), "ok" if len(vals) == len(trials) else "partial",
-                 of="" if len(vals) == len(trials) else f"{len(vals)} of {len(trials)}")
+    out = Value(float(np.mean([t[metric] for t in ran])), "ok" if len(ran) == len(trials) else "partial",
+                of="" if len(ran) == len(trials) else f"{len(ran)} of {len(trials)}")
+    by_seed: dict[int, list[float]] = {}
+    for t in ran:
+        by_seed.setdefault(int(t.get("seed") or 0), []).append(float(t[metric]))
+    if len(by_seed) > 1:
+        out.seeds = {s: float(np.mean(v)) for s, v in sorted(by_seed.items())}
+    elif metric == "R1":
+        out.draws = query_draws([t.get("query_R1") for t in ran])
+    return with_interval(out)
+
+
+def query_draws(per_query: list[Any]) -> np.ndarray | None:
+    """Bootstrap means (in %) of the mean over trials of each trial's per-query R@1 shares (None when a trial has
+    none): every trial with n queries is resampled at the same positions (`_resample(n)`), so trials over the same
+    queries stay paired."""
+    draws = []
+    for q in per_query:
+        if q is None or (not isinstance(q, np.ndarray) and not isinstance(q, (list, tuple))) or len(q) == 0:
+            return None
+        q = np.asarray(q, dtype=np.float32)
+        draws.append(q[_resample(len(q))].mean(axis=1))
+    return 100.0 * np.mean(draws, axis=0)
+
+
+@functools.lru_cache(maxsize=8)
+def _resample(n: int) -> np.ndarray:
+    """BOOTSTRAP_DRAWS resamples of n query positions, seeded by n: the same for every trial and every run."""
+    return np.random.default_rng(n).integers(0, n, size=(BOOTSTRAP_DRAWS, n), dtype=np.int32)
+
+
+@functools.lru_cache(maxsize=64)
+def _t_quantile(df: int) -> float:
+    from scipy.stats import t   # the report's process only
+
+    return float(t.ppf(0.5 + CONFIDENCE / 2, df))
+
+
+def with_interval(v: Value) -> Value:
+    """`v` with low/high set from its seeds (Student's t over their means) or its bootstrap draws (percentiles)."""
+    if len(v.seeds) > 1:
+        vals = np.asarray(list(v.seeds.values()))
+        half = _t_quantile(len(vals) - 1) * float(vals.std(ddof=1)) / math.sqrt(len(vals))
+        centre = float(vals.mean())
+        v.low, v.high = centre - half, centre + half
+    elif v.draws is not None:
+        v.low, v.high = (float(x) for x in np.percentile(v.draws, [50 * (1 - CONFIDENCE), 50 * (1 + CONFIDENCE)]))
+    return v
+
+
+def _carry(values: list[Value], fn) -> dict[str, Any]:
+    """Seeds or draws of a cell made from `values` by `fn` (elementwise over them), where every value has them."""
+    if values and all(len(v.seeds) > 1 for v in values):
+        common = sorted(set.intersection(*(set(v.seeds) for v in values)))
+        if len(common) > 1:
+            return {"seeds": {s: float(fn([v.seeds[s] for v in values])) for s in common}}
+    if values and all(v.draws is not None for v in values) and len({len(v.draws) for v in values}) == 1:
+        return {"draws": fn([v.draws for v in values])}
+    return {}
 
 
 def mean_of(values: list[Value]) -> Value:
@@ -65,8 +148,21 @@ def mean_of(values: list[Value]) -> Value:
         failed = [v for v in values if v.state == "failed"]
         return Value(state="failed", key=failed[0].key) if failed else Value()
     complete = len(have) == len(values) and all(v.state == "ok" for v in have)
-    return Value(float(np.mean([v.value for v in have])), "ok" if complete else "partial",
-                 of="" if complete else f"{len(have)} of {len(values)}")
+    return with_interval(Value(float(np.mean([v.value for v in have])), "ok" if complete else "partial",
+                               of="" if complete else f"{len(have)} of {len(values)}",
+                               **_carry(have, lambda xs: np.mean(xs, axis=0))))
+
+
+def difference(a: Value, b: Value) -> Value:
+    """a - b, paired: seed by seed (the seeds both have) or draw by draw; failed or missing when either is."""
+    for v in (a, b):
+        if v.state == "failed":
+            return Value(state="failed", key=v.key)
+    if a.number is None or b.number is None:
+        return Value()
+    partial = "partial" in (a.state, b.state)
+    return with_interval(Value(a.value - b.value, "partial" if partial else "ok", of=a.of or b.of,
+                               **_carry([a, b], lambda xs: xs[0] - xs[1])))
 
 
 Row = tuple[str, str]        # (backbone, method row)

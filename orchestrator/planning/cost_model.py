@@ -274,9 +274,10 @@ class PlanCosts:
         return self.cost.rendering_seconds(self.clips[dataset].pixel_frames)
 
     def render_set_seconds(self, render_set: tuple[str, str, int]) -> float | None:
-        """CPU seconds of one render set: its dataset's clips x one rendering each."""
+        """CPU seconds of one render set: its dataset's clips at every seed of the grid (`Plan.seeds`) x one rendering
+        each."""
         n = self.counts.get(render_set[0])
-        return None if n is None else n * self.rendering_seconds(render_set[0])
+        return None if n is None else n * len(self.plan.seeds) * self.rendering_seconds(render_set[0])
 
     def trial_gpu_seconds(self, spec: TrialSpec) -> float | None:
         n = self.counts.get(spec.dataset)
@@ -361,7 +362,7 @@ def estimate(costs: PlanCosts, work: Work) -> Estimate:
         out.render_sets += 1
         seconds = costs.render_set_seconds(rs)
         if seconds is not None:
-            out.render_clips += costs.counts[rs[0]]
+            out.render_clips += costs.counts[rs[0]] * len(costs.plan.seeds)
             out.render_cpu_s += seconds
     out.text_cpu_s = sum(costs.text_set_seconds(job) for job in work.text_sets)
     out.trial_gpu_s = sum(s for t in work.trials if (s := costs.trial_gpu_seconds(t)) is not None)

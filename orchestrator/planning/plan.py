@@ -18,6 +18,7 @@ from orchestrator.config.grid import load_grid
 from orchestrator.config.scenarios.base import PRETRAINED
 from orchestrator.config.schema import GridSpec
 from orchestrator.planning.paths import Paths
+from orchestrator.planning.search import SearchedConfig, recorded_tpe_trials, sampled_configs, searched_count
 from orchestrator.planning.versions import TextSetJob, asset_version, file_version, text_assets_version
 from workloads.mixing import Mix
 from workloads.spec import CLEAN, TrialSpec
@@ -126,9 +127,14 @@ class Plan:
     # the plan was built for a run (every path checked by the grid)
     missing: list[MissingPath] | None = None
 
+    @property
+    def seeds(self) -> list[int]:
+        """The seeds every render set is rendered at and every trial runs at (the grid's `seeds`, else `seed`)."""
+        return self.grid.trial_seeds
+
     def render_count(self) -> int:
         """Clips to render (datasets whose annotations are not on disk count 0: see clip_counts)."""
-        return sum((self.datasets[d].size or 0) * len(r) for d, r in self.renders.items())
+        return sum((self.datasets[d].size or 0) * len(r) for d, r in self.renders.items()) * len(self.seeds)
 
     def clip_counts(self) -> dict[str, int | None]:
         """Target dataset -> test pairs (clips per render set, queries per trial); None: unknown (no annotations)."""
@@ -149,7 +155,9 @@ class Plan:
         return {"grid": self.grid.name, "trials": len(self.trials), "render_jobs": self.render_count(),
                 "text_sets": len(self.text_sets),
                 "checkpoints": len({str(self.model_path(*k)) for k in self.models}),
-                "datasets": ",".join(self.datasets), **{f"trials_{k}": v for k, v in by_scenario.items()}}
+                "datasets": ",".join(self.datasets), **{f"trials_{k}": v for k, v in by_scenario.items()},
+                **({"seeds": len(self.seeds)} if len(self.seeds) > 1 else {}),
+                **({"trials_searched": searched_count(self)} if self.grid.search is not None else {})}
 
 
 def _image_size(clip_model: str) -> int:
@@ -280,7 +288,12 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
     rt = grid.runtime
     trials: list[TrialSpec] = []
     text_sets: dict = {}
-    for scenario, cell in cells:
+    # every trial at every seed (the first seed's trials first: its render sets come first), each method entry in its
+    # grid configuration, then its searched ones (orchestrator/planning/search.py)
+    configs = {entry: [SearchedConfig(""), *sampled_configs(grid, entry)] for entry in grid.methods}
+    source_pairs = grid.search.source_pairs if grid.search is not None else 0
+    stream_order = "shuffled" if rt.stream_order == "shuffled" else ""
+    for seed, (scenario, cell) in ((seed, sc) for seed in grid.trial_seeds for sc in cells):
         if cell.mix:  # each type the mix draws renders with its own assets
             assets = json.dumps({p: render_assets[(cell.dataset, p)] for p in Mix.from_json(cell.mix).perturbations
                                  if render_assets.get((cell.dataset, p))}, sort_keys=True)
@@ -290,25 +303,28 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
             model = models[(backbone, cell.source)]
             if cell.direction == "t2v" and cell.mix:     # each (type, severity) the mix draws: its text set
                 versions = {p: _text_set(grid, cell.dataset, p, sev, (backbone, cell.source), model, datasets,
-                                         text_sets) for p, sev in Mix.from_json(cell.mix).cells()}
+                                         text_sets, seed) for p, sev in Mix.from_json(cell.mix).cells()}
                 assets = json.dumps(versions, sort_keys=True)
             elif cell.direction == "t2v" and cell.perturbation != CLEAN:
                 assets = _text_set(grid, cell.dataset, cell.perturbation, cell.severity, (backbone, cell.source),
-                                   model, datasets, text_sets)
+                                   model, datasets, text_sets, seed)
             for entry in grid.methods:
                 method, options, faithful, variant = _method_entry(grid, entry)
-                trials.append(TrialSpec(
-                    dataset=cell.dataset, direction=cell.direction, scenario=scenario.name,
-                    perturbation=cell.perturbation, severity=cell.severity, method=method, backbone=backbone,
-                    seed=grid.seed, faithful=faithful, source_dataset=cell.source, clip_model=grid.models.clip_model,
-                    model_version=model.version, data_version=datasets[cell.dataset].version,
-                    batch_size=rt.batch_size, steps=rt.steps, num_frames=rt.num_frames, resolution=resolution,
-                    precision=rt.precision, hub_k=rt.hub_k, options=json.dumps(options),
-                    render_assets=assets, variant=variant, mix=cell.mix))
+                for config in configs[entry]:
+                    trials.append(TrialSpec(
+                        dataset=cell.dataset, direction=cell.direction, scenario=scenario.name,
+                        perturbation=cell.perturbation, severity=cell.severity, method=method, backbone=backbone,
+                        seed=seed, faithful=faithful, source_dataset=cell.source, clip_model=grid.models.clip_model,
+                        model_version=model.version, data_version=datasets[cell.dataset].version,
+                        batch_size=rt.batch_size, steps=config.steps or rt.steps, num_frames=rt.num_frames,
+                        resolution=resolution, precision=rt.precision, hub_k=rt.hub_k,
+                        options=json.dumps({**options, **config.options}), render_assets=assets, variant=variant,
+                        mix=cell.mix, config=config.name, stream_order=stream_order, source_pairs=source_pairs))
     notes = [line for scenario in grid.scenarios.values() for line in scenario.notes(grid)]
     notes += source_stage_notes(grid, datasets, [cell for _, cell in cells])
     plan = Plan(grid, paths, datasets, models, trials, renders, resolution, render_assets, embedders,
                 list(text_sets.values()), notes, missing)
+    plan.trials.extend(recorded_tpe_trials(plan))   # configurations TPE proposed in earlier submissions
     if missing is not None:   # sizing (`plan`, `submit --dry-run`): what submit would refuse, said up front
         plan.notes.extend(f"submit will refuse this grid: {p}" for p in hub_k_problems(plan))
     return plan
@@ -401,7 +417,7 @@ def missing_videos(plan: Plan) -> list[str]:
 
 
 def _text_set(grid: GridSpec, dataset: str, perturbation: str, severity: int, model_key: tuple[str, str],
-              model: ModelPlan, datasets: dict[str, DatasetPlan], text_sets: dict) -> str:
+              model: ModelPlan, datasets: dict[str, DatasetPlan], text_sets: dict, seed: int) -> str:
     """The text set t2v trials with this model read at (perturbation, severity), added to `text_sets`; returns its
     assets version (the trials' render_assets). Sets made with a stand-in encoder belong to the model; others are
     shared."""
@@ -409,7 +425,7 @@ def _text_set(grid: GridSpec, dataset: str, perturbation: str, severity: int, mo
 
     stand_in = needs_stand_in(grid, dataset, perturbation)
     version = text_assets_version(grid, dataset, perturbation, model.version if stand_in else None)
-    key = TextSetKey(dataset, datasets[dataset].version, perturbation, severity, grid.seed, version)
+    key = TextSetKey(dataset, datasets[dataset].version, perturbation, severity, seed, version)
     text_sets.setdefault(key, TextSetJob(key, model_key if stand_in else None))
     return version
 

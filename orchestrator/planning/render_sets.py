@@ -1,7 +1,8 @@
-"""Render sets: one (dataset, perturbation, severity), every test clip of a dataset at one cell, the unit a trial
-reads from the render cache. Which sets a trial reads, the order they are rendered in (by the first trial that needs
-them, or Johnson's rule under the cost model), and the actor rows that render them (one row per video x group of a
-dataset's severities, so a video is decoded once). Pure functions of the plan and the cache's contents."""
+"""Render sets: one (dataset, perturbation, severity), every test clip of a dataset at one cell (at every seed of the
+grid: `Plan.seeds`), the unit a trial reads from the render cache. Which sets a trial reads, the order they are
+rendered in (by the first trial that needs them, or Johnson's rule under the cost model), and the actor rows that
+render them (one row per video x group of a dataset's severities, so a video is decoded once). Pure functions of the
+plan and the cache's contents."""
 from __future__ import annotations
 
 import json
@@ -44,20 +45,20 @@ def ordered_sets(plan: Plan, trials: list[TrialSpec] | None = None) -> list[Rend
 
 def render_keys(plan: Plan, dataset: str, video_id: str) -> list[RenderKey]:
     ds = plan.datasets[dataset]
-    return [RenderKey(dataset, ds.version, video_id, pert, sev, plan.grid.seed, plan.grid.runtime.num_frames,
+    return [RenderKey(dataset, ds.version, video_id, pert, sev, seed, plan.grid.runtime.num_frames,
                       plan.resolution, plan.render_assets.get((dataset, pert), ""))
-            for pert, sev in plan.renders[dataset]]
+            for pert, sev in plan.renders[dataset] for seed in plan.seeds]
 
 
 def render_keys_of_set(plan: Plan, dataset: str, perturbation: str, severity: int) -> Iterator[RenderKey]:
-    """The cache keys of every clip of one render set (one per test video), made as they are read: a check whether a
-    set is rendered stops at its first missing clip (`plan` of the full matrix before any render: one key per set,
-    not 524,051)."""
+    """The cache keys of every clip of one render set (one per test video and seed of the grid), made as they are
+    read: a check whether a set is rendered stops at its first missing clip (`plan` of the full matrix before any
+    render: one key per set, not 524,051)."""
     ds = plan.datasets[dataset]
     assets = plan.render_assets.get((dataset, perturbation), "")
-    return (RenderKey(dataset, ds.version, vid, perturbation, int(severity), plan.grid.seed,
+    return (RenderKey(dataset, ds.version, vid, perturbation, int(severity), seed,
                       plan.grid.runtime.num_frames, plan.resolution, assets)
-            for vid in dict.fromkeys(p.video_id for p in ds.test.pairs))
+            for seed in plan.seeds for vid in dict.fromkeys(p.video_id for p in ds.test.pairs))
 
 
 def plan_render_rows(plan: Plan, cache: RenderCache, video_assets: dict[str, dict[str, dict]] | None = None
@@ -76,7 +77,7 @@ def plan_render_rows(plan: Plan, cache: RenderCache, video_assets: dict[str, dic
                     cache.probe(key)
                     reused += 1
                 except (CacheMiss, CacheCorrupt):
-                    todo.append([key.perturbation, key.severity, key.assets])
+                    todo.append([key.perturbation, key.severity, key.assets, key.seed])
             if todo:
                 extra = (video_assets or {}).get(ds_name, {}).get(pair.video_id, {})
                 rows.append({"dataset": ds_name, "data_version": plan.datasets[ds_name].version,
@@ -136,20 +137,21 @@ def plan_set_rows(plan: Plan, cache: RenderCache, sets: list[RenderSet],
     for d, p, s in sets:
         groups.setdefault((d, p), []).append(s)
     rows, todo_per_set, reused = [], {rs: 0 for rs in sets}, 0
-    seed, frames, res = plan.grid.seed, plan.grid.runtime.num_frames, plan.resolution
+    frames, res = plan.grid.runtime.num_frames, plan.resolution
     for (d, p), severities in groups.items():
         ds = plan.datasets[d]
         assets_version = plan.render_assets.get((d, p), "")
         for pair in ds.test.pairs:
             todo = []
             for sev in severities:
-                key = RenderKey(d, ds.version, pair.video_id, p, sev, seed, frames, res, assets_version)
-                try:
-                    cache.probe(key)
-                    reused += 1
-                except (CacheMiss, CacheCorrupt):
-                    todo.append([p, sev, assets_version])
-                    todo_per_set[(d, p, sev)] += 1
+                for seed in plan.seeds:   # a set is every clip at every seed of the grid
+                    key = RenderKey(d, ds.version, pair.video_id, p, sev, seed, frames, res, assets_version)
+                    try:
+                        cache.probe(key)
+                        reused += 1
+                    except (CacheMiss, CacheCorrupt):
+                        todo.append([p, sev, assets_version, seed])
+                        todo_per_set[(d, p, sev)] += 1
             if todo:
                 extra = (video_assets or {}).get(d, {}).get(pair.video_id, {})
                 rows.append({"dataset": d, "data_version": ds.version, "video_id": pair.video_id,

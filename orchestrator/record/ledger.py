@@ -18,9 +18,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
+
 from workloads.atomic import atomic_write_text
 
 PER_QUERY = ("k_occurrence", "batch_R1")   # per-query lists of an entry (workloads/spec.py TrialResult)
+# `query_R1` (each query's share of R@1) is per query too, but the tables' intervals read it: `entries(lists=False)`
+# keeps it as float16
 STATUSES = ("ok", "failed")
 # the spec fields every output reads (tables, report, status lines): an entry without them cannot be shown
 SPEC_AXES = ("dataset", "direction", "scenario", "perturbation", "severity", "method", "backbone")
@@ -150,5 +154,7 @@ class TrialLedger:
                 if not lists:
                     for field in PER_QUERY:
                         e.pop(field, None)
+                    if e.get("query_R1"):   # kept for the tables' intervals, in 2 bytes a query, not a list
+                        e["query_R1"] = np.asarray(e["query_R1"], dtype=np.float16)
                 out.append(e)
         return out

@@ -8,6 +8,7 @@ a driver killed between the ledger write and the MLflow write never loses a resu
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 # every field of a trial spec is a child-run parameter (a new field is logged by itself)
 # the axes a user filters and groups runs by in the MLflow UI, also as tags (tags are searchable and editable)
 TAG_AXES = ("scenario", "dataset", "source_dataset", "direction", "perturbation", "severity", "method", "variant",
-            "backbone", "faithful")
+            "backbone", "faithful", "config", "seed")
 
 
 def default_tracking_uri(results_dir: str | os.PathLike) -> str:
@@ -192,7 +193,9 @@ class Tracker(BackgroundLogging):
         if entry.get("faithful_renders") is not None:
             metrics["faithful_renders"] = entry["faithful_renders"]
         # R@1 of each stream batch as a step metric: the UI's chart of `batch_R1` shows adaptation over the stream
-        self._log_batch(rid, params={k: spec[k] for k in SPEC_FIELDS if k in spec}, metrics=metrics,
+        # each method option as a param of its own too (`option.lr`), so a search's runs sort and plot by them
+        options = {f"option.{k}": v for k, v in json.loads(spec.get("options") or "{}").items()}
+        self._log_batch(rid, params={**{k: spec[k] for k in SPEC_FIELDS if k in spec}, **options}, metrics=metrics,
                         steps={"batch_R1": entry.get("batch_R1") or []})
         self.client.log_dict(rid, {"k": spec.get("hub_k"), "counts": entry.get("k_occurrence", [])},
                              "k_occurrence.json")
@@ -311,7 +314,9 @@ def run_name(spec: dict[str, Any]) -> str:
     """A trial's name wherever a person sees it: its MLflow run, its Ray worker in the dashboard."""
     s = TrialSpec.from_dict(spec)
     source = f"{s.source_dataset}->" if s.source_dataset not in ("", s.dataset) else ""
-    return f"{source}{s.dataset}/{s.direction}/{s.backbone}/{s.method_label}/{s.cell}"
+    # a searched configuration and a seed other than 0 name themselves: .../tent/fog-5/random-3/seed1
+    return (f"{source}{s.dataset}/{s.direction}/{s.backbone}/{s.method_label}/{s.cell}"
+            + (f"/{s.config}" if s.config else "") + (f"/seed{s.seed}" if s.seed else ""))
 
 
 def _level(spec: dict[str, Any]) -> str:

@@ -1,8 +1,9 @@
 """The report's "clean retrieval beside the papers" table: each clean Source cell of a grid (no perturbation, no
-adaptation) next to the published clean R@1 for the same backbone, checkpoint source, dataset and direction, on
-the same protocol (the comparison of `mlvp check`: orchestrator/planning/clean_check.py over workloads/paper.py).
-Only cases for which a paper publishes something are listed; a published number on another protocol (another
-query or gallery count) is never compared and shows as `missing`."""
+adaptation; the mean over seeds where a grid runs several) next to the published clean R@1 for the same backbone,
+checkpoint source, dataset and direction, on the same protocol (the comparison of `mlvp check`:
+orchestrator/planning/clean_check.py over workloads/paper.py). Only cases for which a paper publishes something are
+listed; a published number on another protocol (another query or gallery count) is never compared and shows as
+`missing`."""
 from __future__ import annotations
 
 import math
@@ -27,10 +28,22 @@ def clean_table(df: pd.DataFrame) -> Table | None:
     """The table, or None when no clean Source cell of the grid has a published counterpart."""
     if not len(df) or "perturbation" not in df:
         return None
-    clean = df[(df["perturbation"] == CLEAN) & (df["row"] == "source")]
+    clean = df[(df["perturbation"] == CLEAN) & (df["row"] == "source")].copy()
+    if not len(clean):
+        return None
+    # one row per case: with several seeds (docs/selection.md), the mean of the seeds that ran
+    clean["source"] = [s or d for s, d in zip(clean.get("source_dataset", clean["dataset"]).fillna(""),
+                                              clean["dataset"])]
+    cases = []
+    for _, part in clean.groupby(["backbone", "source", "dataset", "direction"], sort=False):
+        ok = part[part["status"] == "ok"]
+        r = (ok if len(ok) else part).iloc[0].copy()
+        if len(ok):
+            r["R1"] = float(pd.to_numeric(ok["R1"]).mean())
+        cases.append(r)
     rows, cells = [], {}
-    for _, r in clean.iterrows():
-        source = r.get("source_dataset") or r["dataset"]
+    for r in cases:
+        source = r["source"]
         case = CheckCase(r["backbone"], source, r["dataset"], {})
         n = _number(r.get("n_queries"))
         case.results[r["direction"]] = {"status": r["status"], "n_queries": 0 if math.isnan(n) else int(n),

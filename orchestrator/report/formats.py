@@ -5,6 +5,7 @@ column beside each value column). Every form says the same of a cell: a number, 
 from __future__ import annotations
 
 import html
+import json
 import math
 
 import pandas as pd
@@ -12,7 +13,8 @@ import pandas as pd
 from orchestrator.config.tables import Table
 
 LEGEND = ("A number over every trial the cell asks for; `*`: a mean over fewer (some did not run); `missing`: never "
-          "run; `failed`: a trial failed (see Errors). Best complete value per column in bold.")
+          "run; `failed`: a trial failed (see Errors). Best complete value per column in bold. `±`: half the 95% "
+          "interval, over seeds (Student's t) or, with one seed, a bootstrap over queries.")
 
 
 def column_name(t: Table, col: tuple[str, str]) -> str:
@@ -63,7 +65,9 @@ def table_html(t: Table) -> str:
             elif v.state == "missing":
                 cells.append('<td class="missing">missing</td>')
             else:
-                title = f' title="mean over {esc(v.of)}"' if v.of else ""
+                what = ([f"mean over {v.of}"] if v.of else []) + (
+                    [f"95% interval [{v.low:.{t.digits}f}, {v.high:.{t.digits}f}]"] if v.has_interval else [])
+                title = f' title="{esc("; ".join(what))}"' if what else ""
                 bold = v.state == "ok" and best.get(c) == v.value
                 cells.append(f'<td class="{v.state}"{title}>' + (f"<b>{text}</b>" if bold else text) + "</td>")
         out.append(f"<tr><td>{esc(r[0])}</td><td>{esc(r[1])}</td>" + "".join(cells) + "</tr>")
@@ -82,22 +86,36 @@ def long_frame(tables: list[Table]) -> pd.DataFrame:
                              "direction": str(t.keys.get("direction", "")),
                              "severity": str(t.keys.get("severity", "")), "backbone": r[0], "method": r[1],
                              "group": c[0], "column": c[1], "value": None if math.isnan(v.value) else v.value,
-                             "state": v.state, "of": v.of or None, "error_key": v.key or None})
+                             "state": v.state, "of": v.of or None, "error_key": v.key or None,
+                             "low": v.low if v.has_interval else None, "high": v.high if v.has_interval else None,
+                             "seed_values": json.dumps(v.seeds) if v.seeds else None})
     return pd.DataFrame(rows, columns=["table", "title", "dataset", "direction", "severity", "backbone", "method",
-                                       "group", "column", "value", "state", "of", "error_key"])
+                                       "group", "column", "value", "state", "of", "error_key", "low", "high",
+                                       "seed_values"])
 
 
 def wide_frame(t: Table) -> pd.DataFrame:
     """The table in its paper layout: its keys, backbone and method, one value column per column (null where the
-    cell has no number), then a `<column>:state` column per column (ok / partial / failed / missing)."""
+    cell has no number), then a `<column>:state` column per column (ok / partial / failed / missing); where cells
+    have intervals, `<column>:low` / `<column>:high`, and where they ran at several seeds, each seed's value
+    (`<column>:seed<N>`)."""
     names = [column_name(t, c) for c in t.columns]
+    all_cells = [t.cell(r, c) for r in t.rows for c in t.columns]
+    seeds = sorted({s for v in all_cells for s in v.seeds})
+    extra = (["low", "high"] if any(v.has_interval for v in all_cells) else []) + [f"seed{s}" for s in seeds]
     rows = []
     for r in t.rows:
         row = {**t.keys, "backbone": r[0], "method": r[1]}
         cells = [t.cell(r, c) for c in t.columns]
         row.update({n: v.number for n, v in zip(names, cells)})
         row.update({f"{n}:state": v.state for n, v in zip(names, cells)})
+        for n, v in zip(names, cells):
+            if "low" in extra:
+                row[f"{n}:low"], row[f"{n}:high"] = (v.low, v.high) if v.has_interval else (None, None)
+            for s in seeds:
+                row[f"{n}:seed{s}"] = v.seeds.get(s)
         rows.append(row)
-    cols = [*t.keys, "backbone", "method", *names, *(f"{n}:state" for n in names)]
+    cols = [*t.keys, "backbone", "method", *names, *(f"{n}:state" for n in names),
+            *(f"{n}:{e}" for n in names for e in extra)]
     frame = pd.DataFrame(rows, columns=cols)
-    return frame.astype({n: "float64" for n in names})
+    return frame.astype({c: "float64" for c in [*names, *(f"{n}:{e}" for n in names for e in extra)]})

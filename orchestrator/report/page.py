@@ -42,19 +42,22 @@ from orchestrator.report.plots import (
     plot_stream,
 )
 from orchestrator.report.clean import clean_table
-from orchestrator.report.results import scenario_tables
+from orchestrator.report.results import analysis_tables, grid_configs, scenario_tables
 from orchestrator.report.rows import QS, method_rows, planned_rows, table_order
+from orchestrator.report.selection import plot_selection
 from workloads.spec import TrialSpec
 
 REPORT_DIR = "report"
 
 
 def report_sections(grid, df: pd.DataFrame) -> list[tuple[str, list[Table]]]:
-    """The report's tables, by section: every scenario's (query shift first: R@1, skewness, Table 13), the TTA
-    cost, and the clean Source cells beside the papers' clean numbers (orchestrator/report/clean.py). The
-    scenarios' tables are those of the grid's Parquet and Markdown files (orchestrator/report/results.py)."""
+    """The report's tables, by section: every scenario's (query shift first: R@1, skewness, Table 13), the paired
+    differences to Source and the hyperparameter selection (orchestrator/report/selection.py), the TTA cost, and
+    the clean Source cells beside the papers' clean numbers (orchestrator/report/clean.py). The scenarios' tables
+    are those of the grid's Parquet and Markdown files (orchestrator/report/results.py)."""
     sections: list[tuple[str, list[Table]]] = []
-    for name, tables in scenario_tables(grid, df).items():
+    computed = scenario_tables(grid, df)
+    for name, tables in computed.items():
         if not tables:
             continue
         if name == QS:
@@ -67,6 +70,8 @@ def report_sections(grid, df: pd.DataFrame) -> list[tuple[str, list[Table]]]:
                     sections.append((head, mine))
         else:
             sections.append((grid.scenarios[name].title, tables))
+    for title, _, tables in analysis_tables(grid, df, computed):
+        sections.append((title, tables))
     cost = cost_table(grid, df)
     if cost:
         sections.append(("TTA cost (Table 8)", [cost]))
@@ -78,6 +83,7 @@ def report_sections(grid, df: pd.DataFrame) -> list[tuple[str, list[Table]]]:
 
 def cost_table(grid, df: pd.DataFrame) -> Table | None:
     """Table 8: TTA time per query (ms) per method, the mean over every shifted cell it ran."""
+    df = grid_configs(df)
     ok = df[df["status"] == "ok"] if len(df) else df
     if not len(ok) or "per_query_ms" not in ok:
         return None
@@ -159,6 +165,8 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
             else:
                 notes.append(f"{title}: not drawn (the trials of {cell['where']} lack the data: scores are saved "
                              "with runtime.save_scores: true, per-batch R@1 by trials of this version)")
+    for p in plot_selection([t for _, ts in sections for t in ts], plots_dir):
+        plots.append(("R@1 reached per selection protocol, with 95% intervals", p))
     p = plot_cost(cost, plots_dir)
     if p is not None:
         plots.append(("TTA cost per query (Table 8)", p))

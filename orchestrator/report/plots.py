@@ -1,6 +1,7 @@
-"""The report's plots (matplotlib, Agg): R@1 against severity per type per method (Fig. 13), k-occurrence histograms
-clean vs shifted vs adapted for one cell (Fig. 2), similarity heatmaps before and after adaptation (Fig. 9), R@1
-over the stream and the TTA cost per query (Table 8)."""
+"""The report's plots (matplotlib, Agg): R@1 against severity per type per method (Fig. 13; each point the mean over
+seeds with its 95% interval as a band, as the tables compute it), k-occurrence histograms clean vs shifted vs adapted
+for one cell (Fig. 2), similarity heatmaps before and after adaptation (Fig. 9), R@1 over the stream and the TTA cost
+per query (Table 8). Per-cell figures show the first seed's trials."""
 from __future__ import annotations
 
 import math
@@ -11,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from orchestrator.config.tables import Table, Value
+from orchestrator.config.tables import Table, Value, combine, groups
 from orchestrator.report.rows import QS, levels, method_rows
 from workloads.spec import CLEAN
 
@@ -49,17 +50,25 @@ def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
             if (nrow, ncol, n) not in figures:
                 figures[nrow, ncol, n] = _severity_figure(plt, nrow, ncol, n)
             fig, axes = figures[nrow, ncol, n]
-            curves: dict[tuple[str, str], list[tuple[int, float]]] = {}
-            for rec in part[["perturbation", "row", "severity", "R1"]].itertuples(index=False):
-                curves.setdefault((rec.perturbation, rec.row), []).append((int(rec.severity), float(rec.R1)))
+            # one point per (type, method, severity): the mean over its seeds with its 95% interval (tables.py)
+            curves: dict[tuple[str, str], list[tuple[int, Value]]] = {}
+            for (pert, row, sev), trials in groups(part, ["perturbation", "row", "severity"]).items():
+                curves.setdefault((pert, row), []).append((int(sev), combine(trials, "R1")))
             for ax, p in zip(axes.flat, types):
                 for line in list(ax.lines):   # the previous cell's
                     line.remove()
+                for band in list(ax.collections):
+                    band.remove()
                 ax.set_prop_cycle(None)       # a method keeps its colour from figure to figure
                 for m in method_rows(grid):
-                    points = sorted(curves.get((CLEAN, m), [])[:1] + curves.get((p, m), []))
+                    points = sorted(curves.get((CLEAN, m), [])[:1] + curves.get((p, m), []), key=lambda pv: pv[0])
                     if points:
-                        ax.plot([x for x, _ in points], [y for _, y in points], marker="o", ms=3, label=m)
+                        xs, vs = [x for x, _ in points], [v for _, v in points]
+                        (line,) = ax.plot(xs, [v.value for v in vs], marker="o", ms=3, label=m)
+                        if any(v.has_interval for v in vs):
+                            ax.fill_between(xs, [v.low if v.has_interval else v.value for v in vs],
+                                            [v.high if v.has_interval else v.value for v in vs],
+                                            color=line.get_color(), alpha=0.15, linewidth=0)
                 ax.relim()                    # the limits of this cell's lines only
                 ax.autoscale_view()
                 ax.set_title(f"{p} ({level_of[p]})", fontsize=9)
@@ -74,7 +83,12 @@ def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
 
 def _qs_ok(df: pd.DataFrame) -> pd.DataFrame:
     """The query-shift cells that ran ok, mixes aside: what the severity figures and the focus cell read."""
-    return df[(df["scenario"] == QS) & (df["status"] == "ok") & (df["mix"].fillna("") == "")] if len(df) else df
+    if not len(df):
+        return df
+    keep = (df["scenario"] == QS) & (df["status"] == "ok") & (df["mix"].fillna("") == "")
+    if "config" in df:   # the grid's own configurations: searched ones are the selection tables'
+        keep &= df["config"].fillna("") == ""
+    return df[keep]
 
 
 def severity_apart(grid, df: pd.DataFrame, plots_dir: Path) -> Callable[[], list[Path]]:
@@ -123,6 +137,8 @@ def focus_cell(grid, df: pd.DataFrame) -> dict[str, Any] | None:
     the worst Source R@1 among the shifted cells, with the adapted row HAT-VTR where the grid has it, else the first
     method after Source. Returns the three trials: clean, shifted (Source), adapted."""
     qs = _qs_ok(df)
+    if len(qs) and qs["seed"].nunique() > 1:   # one seed's trials: the figures show single runs
+        qs = qs[qs["seed"] == qs["seed"].min()]
     if not len(qs):
         return None
     adapted = next((m for m in ("hat_vtr", *method_rows(grid)) if m != "source" and m in set(qs["row"])), None)

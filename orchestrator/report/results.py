@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from orchestrator.config.tables import Table
 from orchestrator.report.formats import LEGEND, table_markdown, wide_frame
-from orchestrator.report.rows import planned_rows, table_order
+from orchestrator.report.rows import QS, planned_rows, table_order
 from workloads.spec import TrialSpec
 
 
@@ -25,13 +25,22 @@ def scenario_tables(grid, df: pd.DataFrame, metric: str | None = None,
     """Each scenario of the grid but those in `skip` -> its tables from the planned rows `df` (`metric`: that metric
     where a layout has a choice)."""
     order = table_order(grid)
+    df = grid_configs(df)
     return {name: scenario.tables(grid, df, order, metric) if len(df) else []
             for name, scenario in grid.scenarios.items() if name not in skip}
 
 
+def grid_configs(df: pd.DataFrame) -> pd.DataFrame:
+    """The planned rows of the grid's own configurations: the paper-layout tables and plots read these; searched
+    configurations (`config` set) are read by the selection tables (orchestrator/report/selection.py)."""
+    if not len(df) or "config" not in df:
+        return df
+    return df[df["config"].fillna("") == ""]
+
+
 def trials_table(df: pd.DataFrame) -> pa.Table:
     """`trials.parquet`: the planned rows, without their per-query lists."""
-    keep = [c for c in df.columns if c not in ("k_occurrence", "batch_R1", "traceback")]
+    keep = [c for c in df.columns if c not in ("k_occurrence", "batch_R1", "traceback", "query_R1")]
     return pa.Table.from_pandas(df[keep] if len(df) else pd.DataFrame(columns=["key", "status"]),
                                 preserve_index=False)
 
@@ -47,21 +56,45 @@ def write_tables(entries: list[dict[str, Any]], out_dir: Path, grid, specs: list
         df = planned_rows(specs, entries, lists=False)
     files = [out_dir / "trials.parquet"]
     pq.write_table(trials_table(df), files[0])
-    for name, tables in scenario_tables(grid, df).items():
+    computed = scenario_tables(grid, df)
+    for name, tables in computed.items():
         scenario = grid.scenarios[name]
         mine = df[df["scenario"] == name] if len(df) else df
         done = dict(mine["status"].value_counts()) if len(mine) else {}
-        md = [f"# {scenario.title}\n\n{len(mine)} trials: {done.get('ok', 0)} done, {done.get('failed', 0)} failed, "
-              f"{len(mine) - done.get('ok', 0) - done.get('failed', 0)} never run. {LEGEND}\n"]
-        stacked: dict[str, list[pd.DataFrame]] = {}
-        for t in tables:
-            md.append(f"## {t.title}\n\n{table_markdown(t)}\n")
-            stacked.setdefault(t.name, []).append(wide_frame(t))
-        for stem, parts in stacked.items():
-            path = out_dir / f"{stem}.parquet"
-            pq.write_table(pa.Table.from_pandas(pd.concat(parts, ignore_index=True), preserve_index=False), path)
-            files.append(path)
-        md_path = out_dir / f"{scenario.prefix}_tables.md"
-        md_path.write_text("\n".join(md))
-        files.append(md_path)
+        head = (f"# {scenario.title}\n\n{len(mine)} trials: {done.get('ok', 0)} done, {done.get('failed', 0)} "
+                f"failed, {len(mine) - done.get('ok', 0) - done.get('failed', 0)} never run. {LEGEND}\n")
+        files += _write_stacked(out_dir, scenario.prefix, head, tables)
+    for title, prefix, tables in analysis_tables(grid, df, computed):
+        files += _write_stacked(out_dir, prefix, f"# {title}\n\n{LEGEND}\n", tables)
     return files
+
+
+def analysis_tables(grid, df: pd.DataFrame, computed: dict[str, list[Table]]) -> list[tuple[str, str, list[Table]]]:
+    """(title, file prefix, tables) of the tables read across scenarios' cells: the query-shift R@1 minus Source,
+    paired (every grid with a Source row), and hyperparameter selection (grids with `search:`), both from
+    orchestrator/report/selection.py."""
+    from orchestrator.report.selection import paired_tables, selection_tables
+
+    out = []
+    paired = paired_tables(computed.get(QS, []))
+    if paired:
+        out.append(("Query shift: R@1 minus Source, paired by seed (one seed: by query)", "paired", paired))
+    selection = selection_tables(grid, df, table_order(grid)) if len(df) else []
+    if selection:
+        out.append(("Hyperparameter selection without test labels", "hp_selection", selection))
+    return out
+
+
+def _write_stacked(out_dir: Path, prefix: str, head: str, tables: list[Table]) -> list[Path]:
+    """Tables as <name>.parquet (tables of one name stacked, their keys as leading columns) and <prefix>_tables.md."""
+    md, stacked, files = [head], {}, []
+    for t in tables:
+        md.append(f"## {t.title}\n\n{table_markdown(t)}\n")
+        stacked.setdefault(t.name, []).append(wide_frame(t))
+    for stem, parts in stacked.items():
+        path = out_dir / f"{stem}.parquet"
+        pq.write_table(pa.Table.from_pandas(pd.concat(parts, ignore_index=True), preserve_index=False), path)
+        files.append(path)
+    md_path = out_dir / f"{prefix}_tables.md"
+    md_path.write_text("\n".join(md))
+    return files + [md_path]

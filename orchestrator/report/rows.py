@@ -9,6 +9,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from orchestrator.config.tables import TableOrder
+from workloads.metrics import DIAGNOSTIC_METRICS
 from workloads.perturbations.text import TEXT_PERTURBATIONS
 from workloads.perturbations.video import VIDEO_PERTURBATIONS
 from workloads.spec import SPEC_FIELDS, TrialSpec
@@ -21,6 +22,8 @@ METRICS = ["R1", "R5", "R10", "MdR", "MnR"]
 HUB = ["hub_skewness", "hub_truncated_skewness", "hub_atkinson", "hub_robin_hood", "hub_antihub_occurrence",
        "hub_hub_occurrence", "hub_max_k_occurrence", "hub_antihub_count"]
 TIMINGS = ["gallery_s", "adapt_s", "total_s", "per_query_ms"]
+# the label-free selection signals of a trial (workloads/selection.py) and TCR's diagnostics (workloads/metrics.py)
+SIGNALS = ["pred_entropy", "snd", "source_R1", *DIAGNOSTIC_METRICS]
 
 
 def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -31,8 +34,9 @@ def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         spec, metrics, timings = e["spec"], e.get("metrics") or {}, e.get("timings") or {}
         row = {"key": e["key"], "status": e["status"], **{c: spec.get(c) for c in SPEC_FIELDS}}
         row["row"] = spec.get("variant") or spec["method"]
-        row.update({m: metrics.get(m) for m in METRICS + HUB})
+        row.update({m: metrics.get(m) for m in METRICS + HUB + SIGNALS})
         row.update({m: metrics[m] for m in sorted(metrics) if m not in row})
+        row["query_R1"] = e.get("query_R1")   # per query (a list, or compact: TrialLedger.entries(lists=False))
         row.update({t: timings.get(t) for t in TIMINGS})
         row.update({t: timings[t] for t in sorted(timings) if t not in row})
         row.update({"n_queries": e.get("n_queries"), "n_gallery": e.get("n_gallery"),

@@ -111,6 +111,8 @@ def handle_sigterm() -> None:
 def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console, verbose: bool = False) -> None:
     from collections import Counter
 
+    from orchestrator.planning.search import search_line
+
     c = Counter(status.values())
     damaged = f"{c['damaged']} damaged, " if c.get("damaged") else ""
     console.print(f"[bold]grid[/] {plan.grid.name} ({plan.grid.source}): {len(plan.trials)} trials "
@@ -118,6 +120,10 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console,
                   f"{len(todo)} to run")
     for scenario, n in Counter(t.scenario for t in plan.trials).items():
         console.print(f"  {scenario}: {n} trials")
+    if len(plan.seeds) > 1:
+        console.print(f"  seeds: {', '.join(map(str, plan.seeds))} (every trial and render set at each)")
+    if plan.grid.search is not None:
+        console.print(f"  {search_line(plan)}")
     for name, ds in plan.datasets.items():
         announce_generation(name, ds.dataset, console)
         cells = plan.renders.get(name, [])

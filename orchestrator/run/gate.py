@@ -31,6 +31,8 @@ class ReadyGate:
         self._out = [False] * len(self._specs)             # per trial: handed out
         self.error: BaseException | None = None
         self.closed = False
+        self.promised = 0          # trials still to be added (`add`) by a search proposing them as results come in
+        self._needs = needs
         self.handed_out = 0
         self.first_ready: float | None = None
         for i, spec in enumerate(self._specs):
@@ -49,6 +51,35 @@ class ReadyGate:
         """The trials still on the list, in plan order."""
         with self._lock:
             return [s for s in self._specs if s is not None]
+
+    def add(self, spec: TrialSpec, promised: bool = True) -> None:
+        """Put a trial on the list while the gate runs (a configuration a search proposed: orchestrator/run/search.py),
+        after the trials already on it; `promised`: it is one of the `promised` trials (counted off)."""
+        with self._lock:
+            i = len(self._specs)
+            self._specs.append(spec)
+            self._out.append(False)
+            wanted = {n for n in (self._needs(spec) if self._needs is not None else ()) if n not in self._met}
+            self._missing.append(len(wanted))
+            for need in wanted:
+                self._waiting.setdefault(need, []).append(i)
+            if not wanted:
+                heapq.heappush(self._heap, i)
+            if promised:
+                self.promised = max(0, self.promised - 1)
+            self._changed.notify_all()
+
+    def promise(self, n: int) -> None:
+        """`n` more trials will be added later (`add`): until they are, the gate is not done."""
+        with self._lock:
+            self.promised += n
+            self._changed.notify_all()
+
+    def withdraw(self, n: int) -> None:
+        """`n` promised trials will not come (a search that stopped early)."""
+        with self._lock:
+            self.promised = max(0, self.promised - n)
+            self._changed.notify_all()
 
     def ready(self, need: str) -> None:
         with self._lock:
@@ -110,12 +141,12 @@ class ReadyGate:
         return self.closed or any(self._specs[i] is not None for i in self._heap) or self._left() == 0
 
     def _left(self) -> int:
-        return sum(1 for i, s in enumerate(self._specs) if s is not None and self._missing[i] > 0)
+        return sum(1 for i, s in enumerate(self._specs) if s is not None and self._missing[i] > 0) + self.promised
 
     def remaining(self) -> int:
-        """Trials still to hand out (ready or waiting), dropped ones not counted."""
+        """Trials still to hand out (ready, waiting, or promised), dropped ones not counted."""
         with self._lock:
-            return sum(1 for i, s in enumerate(self._specs) if s is not None and not self._out[i])
+            return sum(1 for i, s in enumerate(self._specs) if s is not None and not self._out[i]) + self.promised
 
     def pending(self) -> dict[str, int]:
         """Needs still unmet -> how many remaining trials wait for each (for a stuck-run message)."""

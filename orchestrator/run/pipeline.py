@@ -122,14 +122,16 @@ class Pipeline:
             time.sleep(0.1)
 
     def _check(self, group: tuple[str, str]):
-        """The check of one checkpoint (all its targets), once its clean render sets are ready; then the gate."""
+        """The check of one checkpoint (all its targets), once its clean render sets are ready; then the gate. A
+        target whose grid renders no clean set (`clean: false` with v2t queries only) has none to wait for:
+        `run_check` renders the clean clips it reads itself (orchestrator/stages/check.py `render_clean`)."""
         from dataclasses import replace
 
 
         backbone, source = group
         trials = [t for t in self.plan.trials if (t.backbone, t.source_dataset or t.dataset) == group]
         targets = list(dict.fromkeys(t.dataset for t in trials))
-        self._wait([set_need(d, CLEAN, 0) for d in targets if d in self.plan.renders])
+        self._wait([set_need(d, CLEAN, 0) for d in targets if (CLEAN, 0) in self.plan.renders.get(d, [])])
         report = run_check(replace(self.plan, trials=trials), self.checkpoints, self.ledger, self.console,
                            self.opts.tolerance, submission=self.submission)
         refuse_misses(report, self.opts.force, self.console)

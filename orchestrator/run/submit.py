@@ -49,6 +49,7 @@ from orchestrator.run.finish import finish
 from orchestrator.run.gate import ReadyGate
 from orchestrator.run.options import TRIAL_HOOK_ENV, SubmitOptions, SubmitReport
 from orchestrator.run.pipeline import Pipeline
+from workloads.spec import TrialSpec
 
 
 def submit(grid_path: str, opts: SubmitOptions, console: Console | None = None) -> SubmitReport:
@@ -113,6 +114,8 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 
+    from orchestrator.planning.search import tpe_streams
+    from orchestrator.run.search import TPESearches   # Optuna: only a submission that searches with TPE uses it
     from orchestrator.run.tune import run_trials   # Ray Tune (~1.5 s): only a submission that runs trials imports it
 
     opts = opts or SubmitOptions()
@@ -128,6 +131,16 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     pipeline = Pipeline(plan, gate, ledger, console, progress, opts, report, submission)
     recorder = LiveRecorder(ledger, tracker, lambda: report.parent_run_id, grid.name, submission, progress,
                             progress.add_task("trials", total=len(todo), unit="trials", failed=0, note=""))
+    tpe = TPESearches(plan, ledger, gate) if tpe_streams(plan) else None   # TPE proposes as results come in
+    on_result, on_crash = recorder.result, recorder.crash
+    if tpe is not None:
+        def on_result(result):
+            recorder.result(result)
+            tpe.on_result(result)
+
+        def on_crash(spec, message):
+            recorder.crash(spec, message)
+            tpe.on_result({"key": TrialSpec.from_dict(spec).key, "status": "failed", "metrics": {}})
     as_of = ledger_as_of(plan, ledger, todo)
 
     def open_store() -> None:
@@ -142,13 +155,16 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     status, stopped = "FINISHED", None
     try:
         with progress:
+            if tpe is not None:
+                tpe.start()
+                progress.update(recorder.task, total=len(gate) + gate.promised)
             pipeline.start()
             # one trial slot: no actor reuse, or an idle cached trial actor would hold the only slot that a check or
             # fine-tune still to come needs (producer_share)
             run_trials(todo, env, storage_path=str(paths.grid_dir(grid.name) / "tune"), name=submission,
                        cpus_per_trial=rt.cpus_per_trial, gpus_per_trial=rt.gpus_per_trial,
                        max_failures=rt.max_failures, max_concurrent=rt.max_concurrent_trials,
-                       on_result=recorder.result, on_crash=recorder.crash, gate=gate,
+                       on_result=on_result, on_crash=on_crash, gate=gate,
                        reuse_actors=pipeline.slots >= 2, wave=rt.trials_per_wave)
             pipeline.finish()   # the render sets no remaining trial needed, the text sets; re-raises a stage error
             progress.update(recorder.task, advance=pipeline.checked)   # the clean cells the check ran: of the total
@@ -169,6 +185,9 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
         except Exception:
             pass
         raise
+    if tpe is not None:   # the tables and the report read every proposal, this submission's included
+        known = {t.key for t in plan.trials}
+        plan.trials.extend(t for t in tpe.specs() if t.key not in known)
     summary = report.render = pipeline.stream.summary
     report.timeline = {"start": pipeline.t0, "trials_from": gate.first_ready or 0.0,
                        **{set_need(*rs): t for rs, t in pipeline.stream.ready_at.items()}}

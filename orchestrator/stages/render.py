@@ -77,8 +77,9 @@ def render_rows(batch: dict[str, Any], cache_root: str, seed: int, num_frames: i
     for i in range(len(batch["video_id"])):
         ds, vid, path = str(batch["dataset"][i]), str(batch["video_id"][i]), str(batch["video_path"][i])
         reqs = json.loads(batch["requests"][i])
-        keys = [RenderKey(ds, str(batch["data_version"][i]), vid, p, int(s), seed, num_frames, resolution, a)
-                for p, s, a in reqs]
+        # a request is [perturbation, severity, assets version, seed]; the seed defaults to the grid's
+        keys = [RenderKey(ds, str(batch["data_version"][i]), vid, r[0], int(r[1]), int(r[3]) if len(r) > 3 else seed,
+                          num_frames, resolution, r[2]) for r in reqs]
         extra = {**assets.get(ds, {}), **json.loads(batch["extra_assets"][i]), "video_id": vid, "video_path": path}
         for key, st in zip(keys, render_video(path, keys, cache, extra)):
             out["dataset"].append(ds)

@@ -1,0 +1,150 @@
+"""The configurations a grid's `search:` section (orchestrator/config/search.py) runs for each method, drawn when the
+grid is planned, so the plan stays pure data and every configuration is a TrialSpec with a content key.
+
+- grid: every combination of the listed values, in the order they are written (`grid-1`, `grid-2`, ...);
+- random: `budget` draws from Ray Tune's own search-space domains (`tune.choice`, `tune.uniform`, `tune.loguniform`,
+  `tune.randint`, sampled with a generator seeded from `search.seed` and the method's name): `random-1` ... The same
+  seed draws the same configurations on every machine, so `resume` and a re-submission find them again by their
+  keys; a larger budget keeps the earlier draws (each draw is sampled in turn from one generator), so extending a
+  search reuses every trial it ran;
+- tpe: proposed one after another by Optuna's TPE through Ray Tune's `OptunaSearch` while the grid runs, since each
+  proposal depends on the results before it (orchestrator/run/search.py); the plan holds none of them and `plan`
+  counts `budget` per (method, cell, seed).
+
+The same configurations run in every cell and seed of the method, so a configuration chosen on one shift can be read
+on another (the cross-shift protocol, orchestrator/report/selection.py). Sampled floats are kept to 4 significant
+digits: the name, the MLflow params and the key read the same number.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.config.search import Domain, grid_combinations, method_domains
+from workloads.seeding import stable_seed
+
+
+@dataclass(frozen=True)
+class SearchedConfig:
+    """One configuration of a method: its name (the TrialSpec's `config`; "" for the grid's own), the option values
+    it sets over the grid's options, and its `steps` (None: runtime.steps)."""
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+    steps: int | None = None
+
+
+def tune_domain(d: Domain):
+    """Ray Tune's search-space domain for one searched option (function-level import: Ray only for searching grids)."""
+    from ray import tune
+
+    if d.is_list:
+        return tune.choice(list(d.values))
+    if d.distribution == "uniform":
+        return tune.uniform(d.low, d.high)
+    if d.distribution == "loguniform":
+        return tune.loguniform(d.low, d.high)
+    return tune.randint(int(d.low), int(d.high) + 1)     # Tune's upper bound is exclusive; ours is inclusive
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    return value.item() if hasattr(value, "item") else value     # numpy scalars from Tune's samplers
+
+
+def split_config(name: str, values: dict[str, Any]) -> SearchedConfig:
+    values = {k: _rounded(v) for k, v in values.items()}
+    steps = values.pop("steps", None)
+    return SearchedConfig(name, values, None if steps is None else int(steps))
+
+
+def sampled_configs(grid, entry: str) -> list[SearchedConfig]:
+    """The searched configurations of one `methods:` entry drawn at plan time ([] for none, and for TPE, whose
+    configurations are proposed while the grid runs)."""
+    domains = method_domains(grid, entry)
+    if not domains or grid.search.algorithm == "tpe":
+        return []
+    s = grid.search
+    if s.algorithm == "grid":
+        return [split_config(f"grid-{i}", combo) for i, combo in enumerate(grid_combinations(domains), start=1)]
+    import numpy as np
+
+    rng = np.random.default_rng(stable_seed("search", s.seed, entry))
+    space = {d.name: tune_domain(d) for d in domains}
+    return [split_config(f"random-{i}", {k: dom.sample(random_state=rng) for k, dom in space.items()})
+            for i in range(1, s.budget + 1)]
+
+
+def configs_per_cell(grid, entry: str) -> int:
+    """How many configurations of the entry run in each cell and seed: the grid's own plus the searched ones."""
+    if not method_domains(grid, entry):
+        return 1
+    return 1 + (grid.search.budget if grid.search.algorithm == "tpe" else len(sampled_configs(grid, entry)))
+
+
+def tpe_streams(plan) -> list:
+    """The TPE searches of a plan: one per trial of the grid's own configuration of a method the grid searches with
+    TPE (a (method, cell, backbone, seed)), each to propose `search.budget` configurations while the grid runs."""
+    s = plan.grid.search
+    if s is None or s.algorithm != "tpe":
+        return []
+    return [t for t in plan.trials if not t.config and t.method_label in s.methods]
+
+
+def searched_count(plan) -> int:
+    """Searched trials of the plan: the configurations drawn at plan time plus the ones TPE will propose."""
+    drawn = sum(1 for t in plan.trials if t.config and not t.config.startswith("tpe-"))
+    return drawn + len(tpe_streams(plan)) * plan.grid.search.budget
+
+
+# -- TPE: configurations proposed while the grid runs, recorded beside its results ------------------------------------
+def tpe_record_path(plan, stream):
+    """Where the configurations TPE proposed for one stream (its grid-configuration trial `stream`) are recorded, in
+    proposal order: results/<grid>/search/tpe-<digest>.json. The digest covers the stream's trial key and what shapes
+    the proposals (the space, the objective, the sampler's seed), not the budget: a larger budget goes on from it."""
+    from workloads.seeding import digest
+
+    s = plan.grid.search
+    ident = digest({"trial": stream.key, "space": s.methods.get(stream.method_label), "objective": s.objective,
+                    "seed": s.seed})
+    return plan.paths.grid_dir(plan.grid.name) / "search" / f"tpe-{ident}.json"
+
+
+def tpe_spec(stream, config: SearchedConfig):
+    """The trial of one proposed configuration: the stream's trial with the configuration's options and steps."""
+    import dataclasses
+    import json
+
+    options = {**json.loads(stream.options), **config.options}
+    return dataclasses.replace(stream, config=config.name, options=json.dumps(options),
+                               steps=config.steps or stream.steps)
+
+
+def read_tpe_record(path) -> list[SearchedConfig]:
+    """The configurations recorded for a stream ([] when none: nothing proposed yet, or an unreadable record)."""
+    import json
+
+    try:
+        raw = json.loads(path.read_text())
+        return [SearchedConfig(c["name"], dict(c["options"]), c.get("steps")) for c in raw["configs"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def recorded_tpe_trials(plan) -> list:
+    """Every trial TPE has proposed so far for the plan's streams (from their records), in proposal order: the
+    tables, `status` and `resume` find them as they find the plan's own."""
+    return [tpe_spec(stream, c) for stream in tpe_streams(plan)
+            for c in read_tpe_record(tpe_record_path(plan, stream))[:plan.grid.search.budget]]
+
+
+def search_line(plan) -> str:
+    """One line for `plan` and `submit`: how many searched trials the grid runs, and how."""
+    s = plan.grid.search
+    n = searched_count(plan)
+    drawn = sum(1 for t in plan.trials if t.config and not t.config.startswith("tpe-"))
+    how = (f"{len(tpe_streams(plan))} TPE searches x {s.budget} proposals, made while the grid runs "
+           f"(objective {s.objective}; {n - drawn} counted, {len(recorded_tpe_trials(plan))} proposed so far)"
+           if s.algorithm == "tpe" else f"{s.algorithm} search, drawn when planned (search.seed {s.seed})")
+    return (f"searched: {n} trials of {len(s.methods)} methods' configurations ({how}); each configuration runs in "
+            f"every cell and seed beside the grid's own")
