@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from orchestrator.planning.plan import DatasetPlan, ModelPlan, Plan
-    from orchestrator.planning.work import Work
     from workloads.spec import TrialSpec
 
 # The two measured renderings the render cost is fitted to: (source width x height x frames, CPU seconds of one
@@ -354,7 +353,7 @@ class Estimate:
                 + (f" + {self.text_cpu_h:,.2f} of text sets" if self.text_cpu_s else ""))
 
 
-def estimate(costs: PlanCosts, work: Work) -> Estimate:
+def estimate(costs: PlanCosts, work) -> Estimate:   # work: orchestrator/planning/work.py Work (it imports us)
     """The cost of `work` (orchestrator/planning/work.py: every unit of the plan, or only what remains to run) under
     `costs`; datasets whose clip counts are unknown are listed, not counted."""
     out = Estimate(unknown=[d for d, n in costs.counts.items() if n is None])
