@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter
+import os
+from pathlib import Path
 
 from rich.markup import escape
 
@@ -241,8 +243,6 @@ def cmd_report(args) -> int:
 
 def _log_report(args, grid: GridSpec, plan: Plan, files, console) -> None:
     """The tables and the report as artifacts of the grid's newest parent run (tables/, report/)."""
-    import os
-
     uri = args.tracking_uri or default_tracking_uri(plan.paths.results)
     try:
         if uri.startswith("sqlite:///") and not os.path.exists(uri[len("sqlite:///"):]):
@@ -304,8 +304,6 @@ def cmd_grids(args) -> int:
 
 
 def cmd_convert_checkpoint(args) -> int:
-    from pathlib import Path
-
     from workloads.backbones import create_backbone, detect_format, save_backbone   # torch (~1 s)
     from workloads.backbones.convert import read_weights
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+import dataclasses
 
 DATASET_KEYS = ("main_objects", "distractor_pool")   # keys of `datasets.<name>.assets:` (override the grid's)
 
 
 def asset_paths(grid, dataset: str) -> dict[str, str | None]:
     """Every asset path of the grid for one dataset, absolute; a dataset's own assets override the grid's."""
-    import dataclasses
-
     out: dict[str, str | None] = {f.name: getattr(grid.assets, f.name) for f in dataclasses.fields(grid.assets)}
     for key in DATASET_KEYS:
         value = getattr(grid.datasets[dataset].assets, key)

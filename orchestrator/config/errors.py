@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+import difflib
 
 
 class GridError(ValueError):
@@ -12,8 +13,6 @@ class GridError(ValueError):
 
 
 def did_you_mean(word: str, candidates) -> str:
-    import difflib
-
     close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -40,6 +40,7 @@ import math
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import TYPE_CHECKING
+import os
 
 if TYPE_CHECKING:
     from orchestrator.planning.plan import DatasetPlan, ModelPlan, Plan
@@ -207,8 +208,6 @@ def sample_paths(paths: list[str], k: int = SAMPLE_VIDEOS) -> list[str]:
 def measure_clips(paths: list[str]) -> ClipSize | None:
     """The mean size of the video files among `paths` that exist, from their container headers (nothing decoded);
     None when none can be read."""
-    import os
-
     existing = [p for p in paths if os.path.isfile(p)]
     if not existing:
         return None

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+import dataclasses
 
 from orchestrator.config.assets import needs_stand_in
 from orchestrator.config.errors import GridError, MissingPath
@@ -360,8 +361,6 @@ def plan_for_sizing(grid_path: str | os.PathLike, paths: Paths) -> Plan:
 
 def _drop_missing_assets(grid: GridSpec, missing: list[MissingPath]) -> None:
     """Asset paths that are not on disk plan as absent (their types render the flagged fallbacks)."""
-    import dataclasses
-
     keys = {m.key.split("[")[0] for m in missing}
     for f in dataclasses.fields(grid.assets):
         if f"assets.{f.name}" in keys:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+import dataclasses
+import json
 
 from orchestrator.config.search import Domain, grid_combinations, method_domains
 from workloads.seeding import stable_seed
@@ -112,9 +114,6 @@ def tpe_record_path(plan, stream):
 
 def tpe_spec(stream, config: SearchedConfig):
     """The trial of one proposed configuration: the stream's trial with the configuration's options and steps."""
-    import dataclasses
-    import json
-
     options = {**json.loads(stream.options), **config.options}
     return dataclasses.replace(stream, config=config.name, options=json.dumps(options),
                                steps=config.steps or stream.steps)
@@ -122,8 +121,6 @@ def tpe_spec(stream, config: SearchedConfig):
 
 def read_tpe_record(path) -> list[SearchedConfig]:
     """The configurations recorded for a stream ([] when none: nothing proposed yet, or an unreadable record)."""
-    import json
-
     try:
         raw = json.loads(path.read_text())
         return [SearchedConfig(c["name"], dict(c["options"]), c.get("steps")) for c in raw["configs"]]

@@ -7,6 +7,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from importlib.metadata import version
 
 from orchestrator.config.assets import asset_paths, text_assets
 from workloads.perturbations.video import get as perturbation_info
@@ -54,8 +55,6 @@ def fingerprint(path: str) -> str:
 
 def text_assets_version(grid, dataset: str, perturbation: str, stand_in_model: str | None) -> str:
     """Version string of what makes a text set (a TrialSpec's render_assets for a t2v cell)."""
-    from importlib.metadata import version
-
     from workloads.seeding import digest
 
     # the installed version, read without importing nlpaug (it imports torch: seconds in `plan`); the same string

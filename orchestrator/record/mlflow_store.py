@@ -13,6 +13,10 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+import urllib.error
+import urllib.request
+from urllib.parse import unquote, urlparse
+import platform
 
 from orchestrator.record.writer import BackgroundLogging, TrialLogWriter
 from workloads.spec import SPEC_FIELDS, TrialSpec
@@ -48,9 +52,6 @@ def check_store(tracking_uri: str, timeout: float = 5.0) -> None:
     `timeout`; a sqlite file's folder must be writable. (MLflow's own client retries for minutes, then prints a
     traceback.)"""
     if tracking_uri.startswith(("http://", "https://")):
-        import urllib.error
-        import urllib.request
-
         try:
             with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health", timeout=timeout) as resp:
                 if resp.status == 200:
@@ -141,7 +142,6 @@ class Tracker(BackgroundLogging):
         would write into it."""
         if not location or not location.startswith("file:"):
             return
-        from urllib.parse import unquote, urlparse
 
         where = Path(unquote(urlparse(location).path))
         if where.parent.name == "mlartifacts" and where.parent.parent != self.results_dir:
@@ -154,8 +154,6 @@ class Tracker(BackgroundLogging):
     def start_parent(self, grid, grid_text: str, summary: dict[str, Any], pid: int | None = None) -> str:
         """The submission's parent run, tagged with the host and the driver's `pid` (this process by default):
         `close_stale_parents` closes it once that process is gone. `grid` needs `name` and `source`."""
-        import platform
-
         exp = self.experiment(grid.name)
         run = self.client.create_run(exp, run_name=f"{grid.name} submission",
                                      tags={"mlvp.kind": "submission", "mlvp.grid": grid.name,
@@ -210,8 +208,6 @@ class Tracker(BackgroundLogging):
         """Submissions of this grid whose driver died (killed, machine reset) leave their parent run RUNNING; close
         the ones started on this host by a process that no longer exists as KILLED, with the number of trials they
         had logged. Parents on other hosts are left alone (this host cannot tell whether they still run)."""
-        import platform
-
         exp = self.client.get_experiment_by_name(f"mlvp/{grid_name}")
         if exp is None:
             return []

@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+import signal
+import types
 
 from orchestrator.record.mlflow_store import Tracker, TrackingError
 from orchestrator.record.writer import BackgroundLogging
@@ -40,8 +45,6 @@ class TrackerProcess(BackgroundLogging):
         return self._pid.result()
 
     def _call(self, name: str, *args):
-        from concurrent.futures.process import BrokenProcessPool
-
         try:
             return self._pool.submit(_call_tracker, self.uri, str(self.results_dir), name, args).result()
         except BrokenProcessPool as err:
@@ -52,8 +55,6 @@ class TrackerProcess(BackgroundLogging):
             raise
 
     def start_parent(self, grid, grid_text: str, summary: dict[str, Any], pid: int | None = None) -> str:
-        import types
-
         return self._call("start_parent", types.SimpleNamespace(name=grid.name, source=grid.source), grid_text,
                           summary, pid or os.getpid())
 
@@ -87,10 +88,6 @@ _TRACKING: dict[str, Any] = {}   # this interpreter's tracking process (TrackerP
 def _tracking_pool():
     """This interpreter's tracking process, started anew when there is none yet, it broke (a broken pool refuses
     new work at once), or this is a forked child of the interpreter that started it."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-
     pool = _TRACKING.get("pool")
     if pool is not None and _TRACKING.get("pid") == os.getpid():
         try:
@@ -108,8 +105,6 @@ _SERVED: dict[tuple[str, str], Tracker] = {}
 
 
 def _serve_tracker() -> None:
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's to handle: it closes the parent run
 
 

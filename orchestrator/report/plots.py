@@ -8,6 +8,8 @@ import math
 import os
 from pathlib import Path
 from typing import Any, Callable
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -97,9 +99,6 @@ def severity_apart(grid, df: pd.DataFrame, plots_dir: Path) -> Callable[[], list
     §15); returns a call that waits for its files. In this process where there is one core, no fork, or one figure to
     draw. Only for a process that runs no threads of its own (orchestrator/report/outputs.py's child): a fork copies no
     thread."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     cells = _qs_ok(df)
     figures = cells.groupby(["dataset", "direction", "backbone"]).ngroups if len(cells) else 0

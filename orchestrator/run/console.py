@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Iterator
+import threading
+from collections import Counter
 
 from rich.console import Console
 from rich.markup import escape
@@ -102,15 +104,11 @@ def stopped_by_sigterm(err: BaseException) -> bool:
 def handle_sigterm() -> None:
     """Turn SIGTERM into `Terminated` in the main thread. Called again after Ray starts: Ray's core installs its own
     handler for SIGTERM (it prints a C++ stack trace and exits)."""
-    import threading
-
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console, verbose: bool = False) -> None:
-    from collections import Counter
-
     from orchestrator.planning.search import search_line
 
     c = Counter(status.values())

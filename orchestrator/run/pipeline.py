@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from typing import Any
+from dataclasses import replace
 
 from rich.console import Console
 from rich.markup import escape
@@ -125,8 +126,6 @@ class Pipeline:
         """The check of one checkpoint (all its targets), once its clean render sets are ready; then the gate. A
         target whose grid renders no clean set (`clean: false` with v2t queries only) has none to wait for:
         `run_check` renders the clean clips it reads itself (orchestrator/stages/check.py `render_clean`)."""
-        from dataclasses import replace
-
 
         backbone, source = group
         trials = [t for t in self.plan.trials if (t.backbone, t.source_dataset or t.dataset) == group]
@@ -142,8 +141,6 @@ class Pipeline:
         return report
 
     def _prepare_assets(self) -> None:
-        from dataclasses import replace
-
         renders = {d: [c for c in cells if (d, c[0], int(c[1])) in self.deferred]
                    for d, cells in self.plan.renders.items()}
         sub = replace(self.plan, renders={d: c for d, c in renders.items() if c})

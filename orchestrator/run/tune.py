@@ -38,6 +38,7 @@ import logging
 import os
 import time
 from typing import Any, Callable, NamedTuple
+from dataclasses import asdict
 
 from ray import tune
 from ray.tune.experiment import Trial
@@ -367,8 +368,6 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
     trial is ready); without one, all of them are ready. Stops when no trial is left or the gate is
     closed; a KeyboardInterrupt propagates. `trainable` replaces `trial_trainable` (benchmarks/cluster_sim.py runs
     the same hand-off with trials that sleep their cost)."""
-    from dataclasses import asdict
-
     if wave is not None and wave < 1:
         raise ValueError(f"wave: at least 1 trial, got {wave}")
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from typing import Any
+import json
 
 from rich.console import Console
 
@@ -19,8 +20,6 @@ def prepare_video_assets(plan, dataset: str, perturbation: str, embedder_path: s
                          version: str) -> dict[str, dict]:
     """Per test video of `dataset`: the assets `perturbation` prepares once per dataset (its `prepare` hook). Runs in
     a Ray task (all local CPUs, or one GPU); the result is cached under the cache's `prepared/` folder."""
-    import json
-
     import ray
 
     from workloads.atomic import atomic_write_text

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from typing import Any
+from dataclasses import asdict
 
 from rich.console import Console
 from rich.markup import escape
@@ -79,8 +80,6 @@ def run_check(plan: Plan, checkpoints: dict[str, dict[str, Any]], ledger: TrialL
               tolerance: float = DEFAULT_TOLERANCE, submission: str | None = None) -> CheckReport:
     """Clean R@1/5/10 of every case (reusing ledger entries), printed beside the paper. Needs Ray running and the
     checkpoints ready (`prepare_models`) unless every case is in the ledger already (`reuse_ledger`)."""
-    from dataclasses import asdict
-
     import ray
 
     t0 = time.time()

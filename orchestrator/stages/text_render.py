@@ -12,6 +12,8 @@ import contextlib
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
+import json
+import traceback
 
 from orchestrator.config.assets import text_assets
 from orchestrator.stages.render import quiet_ray_data
@@ -33,9 +35,6 @@ class TextRenderSummary:
 
 
 def _render_row(row: dict[str, Any]) -> dict[str, Any]:
-    import json
-    import traceback
-
     from workloads.datasets import create_dataset
     from workloads.text_queries import render_text_set
 
@@ -54,8 +53,6 @@ def _render_row(row: dict[str, Any]) -> dict[str, Any]:
 def render_text_sets(plan, checkpoints: dict[str, dict[str, Any]], console=None, progress=None) -> TextRenderSummary:
     """Render every text set the plan needs that is not cached yet (Ray must be initialised). `progress`: a live rich
     Progress to add a bar to (submit's, beside the renders and trials) instead of one of its own."""
-    import json
-
     t0 = time.time()
     summary = TextRenderSummary()
     rows = []
