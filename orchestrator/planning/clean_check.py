@@ -129,7 +129,8 @@ def compare(case: CheckCase, direction: str) -> Comparison:
         error = (result.get("error") or "failed").splitlines()[0]
         return Comparison(case, direction, None, n, rows, [], None, error)
     metrics = {k: float(result["metrics"][k]) for k in ("R1", "R5", "R10")}
-    gallery = int(result.get("n_gallery") or n)
+    g = result.get("n_gallery")
+    gallery = int(g) if g and g == g else n   # absent or NaN (a table row): as many as the queries
     # R@k under another protocol (other queries, another gallery) is another number: shown, never compared
     compared = [r for r in rows if not r.bound and r.queries == n and (r.gallery or r.queries) == gallery]
     # several published numbers (X-Pool's MSRVTT-9k and -7k checkpoints): the nearest is the one to compare with

@@ -47,7 +47,8 @@ def clean_table(df: pd.DataFrame) -> Table | None:
         case = CheckCase(r["backbone"], source, r["dataset"], {})
         n = _number(r.get("n_queries"))
         case.results[r["direction"]] = {"status": r["status"], "n_queries": 0 if math.isnan(n) else int(n),
-                                        "n_gallery": r.get("n_gallery"), "error": r.get("error"),
+                                        "n_gallery": _number(r.get("n_gallery")),
+                                        "error": r.get("error") if isinstance(r.get("error"), str) else None,
                                         "metrics": {k: _number(r.get(k)) for k in ("R1", "R5", "R10")}}
         c = compare(case, r["direction"])
         if not [p for p in c.rows if not p.bound]:
