@@ -305,7 +305,7 @@ def cmd_grids(args) -> int:
 
 def cmd_convert_checkpoint(args) -> int:
     from workloads.backbones import create_backbone, detect_format, save_backbone   # torch (~1 s)
-    from workloads.backbones.convert import read_weights
+    from workloads.backbones.convert import read_weights   # imports torch (seconds): only when weights are read
 
     fmt = detect_format(args.input)
     model = create_backbone(args.backbone, args.clip_model, pretrained=args.input, clip_only=args.clip_only)

@@ -12,6 +12,7 @@ from orchestrator.planning.clean_check import DEFAULT_TOLERANCE
 from orchestrator.record.mlflow_store import TrackingUnavailable
 from orchestrator.run.console import handle_sigterm, stopped_by_sigterm
 from orchestrator.run.ray_env import ClusterError
+from workloads.versions import software_versions
 
 GRID_HELP = ("a grid: a YAML file, the name of a grid shipped with mlvp (`mlvp grids` lists them), or the name of a "
              "grid with results under --results-dir")
@@ -183,8 +184,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def version_lines() -> list[str]:
     """`mlvp --version`: the versions every trial also records (workloads/versions.py)."""
-    from workloads.versions import software_versions
-
     v = software_versions(with_cuda=True)
     return [f"mlvp {v['mlvp']}",
             f"python {v['python']}, torch {v['torch']} (CUDA {v['cuda']}; GPU: {v['gpu']}), torchvision "

@@ -3,9 +3,11 @@ override the grid's) and the text types' keyword arguments, and whether a text t
 functions of a validated grid; the versions that key renders on them are in orchestrator/planning/versions.py."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
-import dataclasses
+
+from workloads.perturbations.text import availability, get
 
 DATASET_KEYS = ("main_objects", "distractor_pool")   # keys of `datasets.<name>.assets:` (override the grid's)
 
@@ -29,8 +31,6 @@ def dataset_assets(grid, dataset: str) -> dict[str, Any]:
 def text_assets(grid, dataset: str, perturbation: str) -> dict[str, Any]:
     """The assets keyword arguments of workloads.perturbations.text for one (dataset, type) of a grid (without the
     stand-in encoder, which the render stage adds)."""
-    from workloads.perturbations.text import get
-
     a = grid.assets
     out: dict[str, Any] = {}
     pre = grid.datasets[dataset].assets.text_precomputed.get(perturbation) if dataset in grid.datasets else None
@@ -46,8 +46,6 @@ def text_assets(grid, dataset: str, perturbation: str) -> dict[str, Any]:
 
 def unavailable_reason(grid, dataset: str, perturbation: str) -> str | None:
     """Why a text type cannot run on this dataset with this grid's assets (None: it can)."""
-    from workloads.perturbations.text import availability
-
     ok, reason = availability(perturbation, **text_assets(grid, dataset, perturbation))
     return None if ok else reason
 
@@ -55,8 +53,6 @@ def unavailable_reason(grid, dataset: str, perturbation: str) -> str | None:
 def needs_stand_in(grid, dataset: str, perturbation: str) -> bool:
     """The type retries on similarity and the grid gives no sentence encoder (nor precomputed texts): the backbone's
     text encoder stands in, so the set depends on the model."""
-    from workloads.perturbations.text import get
-
     assets = text_assets(grid, dataset, perturbation)
     return get(perturbation).similarity_retry and "sentence_encoder" not in assets and "precomputed" not in assets
 

@@ -21,16 +21,9 @@ from orchestrator.config.schema import AssetsSpec, GridSpec, build
 from orchestrator.config.search import check_search, check_seeds
 from orchestrator.config.shipped import grid_name_problem
 from workloads.backbones.configs import known_models, model_config, project_models, weights_file_problem
-
-
-
-
-
-
-
-
-
-
+from workloads.datasets import DATASETS
+from workloads.datasets.base import DatasetError
+from workloads.methods import METHODS
 
 
 def scenario_classes() -> dict[str, type]:
@@ -141,9 +134,6 @@ def validate(grid: GridSpec) -> GridSpec:
     pre = grid.models.zero_shot_pretrain
     if pre is not None:
         check_choice("models.zero_shot_pretrain.dataset", pre.dataset, known_datasets())
-        from workloads.datasets import DATASETS
-        from workloads.datasets.base import DatasetError
-
         try:
             DATASETS.lookup(pre.dataset).check_options(pre.options)
         except DatasetError as err:
@@ -155,9 +145,6 @@ def validate(grid: GridSpec) -> GridSpec:
             _check_weights(f"models.checkpoints.{backbone}.{ds}", path, "checkpoint")
     if grid.models.pretrained is not None:
         _check_weights("models.pretrained", grid.models.pretrained, "weights")
-    from workloads.datasets import DATASETS
-    from workloads.datasets.base import DatasetError
-
     for name, entry in grid.datasets.items():
         try:  # option names, kinds and ranges, before any file is read
             DATASETS.lookup(name).check_options(entry.options)
@@ -194,8 +181,6 @@ def validate(grid: GridSpec) -> GridSpec:
 
 
 def _check_method_options(where: str, method: str, options: dict[str, Any], faithful: bool) -> None:
-    from workloads.methods import METHODS
-
     try:
         METHODS.lookup(method).validate_options(options, faithful)
     except ValueError as err:
@@ -298,6 +283,7 @@ def _check_weights(key: str, path: str, what: str) -> None:
     open_clip hub folder (workloads/backbones/convert.py reads them)."""
     p = Path(path).expanduser()
     if p.is_dir():
+        # imports torch (seconds): only when weights are read
         from workloads.backbones.convert import WeightsError, _folder_weights
 
         try:

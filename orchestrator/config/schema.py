@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.config.errors import GridError, did_you_mean
+from workloads.options import Option, OptionError
 
 
 def opt(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, **rule: Any):
@@ -287,8 +288,6 @@ def build(cls: type, data: Any, where: str):
 
 
 def _check_rule(where: str, value: Any, rule: dict[str, Any]) -> None:
-    from workloads.options import Option, OptionError
-
     try:
         Option(type(value), **rule).check(where, value)
     except OptionError as err:

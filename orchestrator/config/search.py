@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.config.errors import GridError, check_choice
+from workloads.methods import METHODS
 from workloads.options import Option, OptionError
 
 DISTRIBUTIONS = ("uniform", "loguniform", "randint")
@@ -88,8 +89,6 @@ def _domain(where: str, name: str, raw: Any) -> Domain:
 
 def searchable(method: str) -> dict[str, Option]:
     """The options a search may vary for a registered method: its own, the common ones, and `steps`."""
-    from workloads.methods import METHODS
-
     cls = METHODS.lookup(method)
     return {**cls.COMMON_OPTIONS, **cls.OPTIONS, "steps": STEPS}
 

@@ -24,7 +24,7 @@ class TrialEnvironment:
     hook: str | None = None                     # "module:function" called before each trial (docs/testing.md)
 
     def context_for(self, spec: TrialSpec):
-        from workloads.trial import TrialContext
+        from workloads.trial import TrialContext   # imports torch (seconds): only where trials run
 
         ds = self.datasets[spec.dataset]
         source = self.datasets.get(spec.source_dataset) if spec.source_dataset not in ("", spec.dataset) else None

@@ -5,13 +5,13 @@ model versions, computed without training (a fine-tuned checkpoint's key comes f
 """
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections import Counter
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-import dataclasses
 
 from orchestrator.config.assets import needs_stand_in
 from orchestrator.config.errors import GridError, MissingPath
@@ -21,8 +21,16 @@ from orchestrator.config.schema import GridSpec
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.search import SearchedConfig, recorded_tpe_trials, sampled_configs, searched_count
 from orchestrator.planning.versions import TextSetJob, asset_version, file_version, text_assets_version
+from workloads.backbones import model_config
+from workloads.backbones.finetune_config import FinetuneConfig, checkpoint_path
+from workloads.datasets import create_dataset, missing_video_report
+from workloads.datasets.synthetic import is_complete
+from workloads.methods import METHODS
 from workloads.mixing import Mix
+from workloads.perturbations.video import get as perturbation_info
+from workloads.seeding import digest
 from workloads.spec import CLEAN, TrialSpec
+from workloads.text_queries import TextSetKey
 
 
 @dataclass
@@ -34,16 +42,12 @@ class DatasetPlan:
 
     @cached_property
     def dataset(self):
-        from workloads.datasets import create_dataset
-
         return create_dataset(self.name, root=self.root, **self.options)
 
     @cached_property
     def version(self) -> str:
         """Content key of the data. Generated datasets give it from their generator config (no generation
         needed); real ones from their annotation files."""
-        from workloads.seeding import digest
-
         if self.unavailable:   # a stand-in so trials still get (never-matching) keys: nothing of it has run
             return f"unknown:{self.name}"
         ds = self.dataset
@@ -66,8 +70,6 @@ class DatasetPlan:
         whenever its annotations are readable."""
         location, config = getattr(self.dataset, "location", None), getattr(self.dataset, "config", None)
         if location is not None and config is not None:
-            from workloads.datasets.synthetic import is_complete
-
             return is_complete(location, config)
         return not self.unavailable
 
@@ -99,7 +101,6 @@ class ModelPlan:
     def path(self, paths: Paths, data_version: str) -> Path:
         if self.given_path:
             return Path(self.given_path).expanduser().resolve()
-        from workloads.backbones.finetune_config import checkpoint_path
 
         return checkpoint_path(self.finetune, self.train_dataset, data_version, paths.models)
 
@@ -162,8 +163,6 @@ class Plan:
 
 
 def _image_size(clip_model: str) -> int:
-    from workloads.backbones import model_config
-
     cfg = model_config(clip_model)
     if cfg is None:
         raise ValueError(f"unknown open_clip model {clip_model!r}")
@@ -187,8 +186,6 @@ def _dataset_plan(grid: GridSpec, paths: Paths, name: str, options: dict | None 
 
 def _plan_models(grid: GridSpec, datasets: dict[str, DatasetPlan], sources: list[str], paths: Paths
                  ) -> dict[tuple[str, str], ModelPlan]:
-    from workloads.backbones.finetune_config import FinetuneConfig
-
     m, ft = grid.models, grid.models.finetune
     base_init = file_version(m.pretrained) if m.pretrained else ""
     models: dict[tuple[str, str], ModelPlan] = {}
@@ -226,8 +223,6 @@ def _plan_models(grid: GridSpec, datasets: dict[str, DatasetPlan], sources: list
 def _pretrained_model(grid: GridSpec, datasets: dict[str, DatasetPlan], paths: Paths) -> ModelPlan:
     """The zero-shot model: the grid's CLIP weights file, else an image-text CLIP pretrained here on single frames of
     `models.zero_shot_pretrain.dataset` (its own caption style; never a video retrieval fine-tune)."""
-    from workloads.backbones.finetune_config import FinetuneConfig
-
     m = grid.models
     if m.pretrained:
         return ModelPlan("clip", PRETRAINED, m.clip_model, m.pretrained, None, version=file_version(m.pretrained),
@@ -273,7 +268,6 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
             if need not in renders[cell.dataset]:
                 renders[cell.dataset].append(need)
 
-    from workloads.perturbations.video import get as perturbation_info
 
     embedders: dict[str, tuple[str | None, str, str]] = {}
     render_assets: dict[tuple[str, str], str] = {}
@@ -379,8 +373,6 @@ def missing_videos(plan: Plan) -> list[str]:
     test videos of every target, train videos of every dataset fine-tuned here. Returns one note per split with
     missing videos (each fails only its own renders later); raises PlanError (one line) when a split has none of its
     videos, since nothing of that dataset could run. Generated datasets (made on first use) are skipped."""
-    from workloads.datasets import missing_video_report
-
     wanted: dict[str, list[str]] = {name: ["test"] for name in plan.renders}
     for m in plan.models.values():
         if not m.given_path and m.train_dataset and "train" not in wanted.setdefault(m.train_dataset, []):
@@ -420,8 +412,6 @@ def _text_set(grid: GridSpec, dataset: str, perturbation: str, severity: int, mo
     """The text set t2v trials with this model read at (perturbation, severity), added to `text_sets`; returns its
     assets version (the trials' render_assets). Sets made with a stand-in encoder belong to the model; others are
     shared."""
-    from workloads.text_queries import TextSetKey
-
     stand_in = needs_stand_in(grid, dataset, perturbation)
     version = text_assets_version(grid, dataset, perturbation, model.version if stand_in else None)
     key = TextSetKey(dataset, datasets[dataset].version, perturbation, severity, seed, version)
@@ -466,8 +456,6 @@ def source_stage_notes(grid: GridSpec, datasets: dict[str, DatasetPlan], cells: 
     """A method with a source stage (its registration's `source_stage`: TITAN's bias-correction head) learns from the
     checkpoint's source train split; where a cell's model has none (zero-shot) or the split cannot be read, that
     stage is off: one note per (method row, dataset) saying so. Annotations only are read (nothing generated)."""
-    from workloads.methods import METHODS
-
     staged = {}
     for entry in grid.methods:
         method = _method_entry(grid, entry)[0]

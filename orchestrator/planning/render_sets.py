@@ -10,6 +10,7 @@ from typing import Any, Iterator
 
 from orchestrator.planning.cost_model import PlanCosts
 from orchestrator.planning.plan import Plan
+from workloads.mixing import Mix
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
 from workloads.spec import CLEAN, TrialSpec
 
@@ -22,8 +23,6 @@ def trial_render_sets(spec: TrialSpec) -> list[RenderSet]:
     if spec.direction != "v2t":
         return [(spec.dataset, CLEAN, 0)]
     if spec.mix:
-        from workloads.mixing import Mix
-
         return [(spec.dataset, CLEAN, 0), *((spec.dataset, p, int(s)) for p, s in Mix.from_json(spec.mix).cells())]
     return [(spec.dataset, spec.perturbation, int(spec.severity))]
 

@@ -17,13 +17,15 @@ digits: the name, the MLflow params and the key read the same number.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
 import dataclasses
 import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from orchestrator.config.search import Domain, grid_combinations, method_domains
-from workloads.seeding import stable_seed
+from workloads.seeding import digest, stable_seed
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class SearchedConfig:
 
 def tune_domain(d: Domain):
     """Ray Tune's search-space domain for one searched option (function-level import: Ray only for searching grids)."""
-    from ray import tune
+    from ray import tune   # Ray Tune's search spaces: only for a grid with a search: section
 
     if d.is_list:
         return tune.choice(list(d.values))
@@ -69,7 +71,6 @@ def sampled_configs(grid, entry: str) -> list[SearchedConfig]:
     s = grid.search
     if s.algorithm == "grid":
         return [split_config(f"grid-{i}", combo) for i, combo in enumerate(grid_combinations(domains), start=1)]
-    import numpy as np
 
     rng = np.random.default_rng(stable_seed("search", s.seed, entry))
     space = {d.name: tune_domain(d) for d in domains}
@@ -104,8 +105,6 @@ def tpe_record_path(plan, stream):
     """Where the configurations TPE proposed for one stream (its grid-configuration trial `stream`) are recorded, in
     proposal order: results/<grid>/search/tpe-<digest>.json. The digest covers the stream's trial key and what shapes
     the proposals (the space, the objective, the sampler's seed), not the budget: a larger budget goes on from it."""
-    from workloads.seeding import digest
-
     s = plan.grid.search
     ident = digest({"trial": stream.key, "space": s.methods.get(stream.method_label), "objective": s.objective,
                     "seed": s.seed})

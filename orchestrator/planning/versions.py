@@ -5,24 +5,24 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
-from importlib.metadata import version
 
 from orchestrator.config.assets import asset_paths, text_assets
+from workloads.perturbations.text import _wordnet
 from workloads.perturbations.video import get as perturbation_info
+from workloads.seeding import digest, file_digest
 from workloads.text_queries import TEXT_SET_VERSION, TextSetKey
 
 
 def file_version(path: str) -> str:
     """Content key of a weights file, or of a Hugging Face / open_clip folder (its weights file and config)."""
-    from workloads.seeding import digest, file_digest
-
     p = Path(path).expanduser()
     if not p.exists():   # only when sizing without the data (a run's grid has every path checked): a stand-in
         return f"missing:{path}"
     if p.is_dir():
-        from workloads.backbones.convert import _folder_weights
+        from workloads.backbones.convert import _folder_weights   # imports torch (seconds): only when weights are read
 
         _, weights, config = _folder_weights(p)
         return "file:" + digest([file_digest(weights), file_digest(config) if config else None])
@@ -43,8 +43,6 @@ def fingerprint(path: str) -> str:
     p = Path(path).expanduser()
     h = hashlib.sha256(str(p.resolve()).encode())
     if p.is_file():
-        from workloads.seeding import file_digest
-
         return file_digest(str(p))
     if p.is_dir():
         for f in sorted(p.rglob("*")):
@@ -55,16 +53,12 @@ def fingerprint(path: str) -> str:
 
 def text_assets_version(grid, dataset: str, perturbation: str, stand_in_model: str | None) -> str:
     """Version string of what makes a text set (a TrialSpec's render_assets for a t2v cell)."""
-    from workloads.seeding import digest
-
     # the installed version, read without importing nlpaug (it imports torch: seconds in `plan`); the same string
     parts: dict[str, Any] = {"text_set": TEXT_SET_VERSION, "nlpaug": version("nlpaug")}
     for k, v in sorted(text_assets(grid, dataset, perturbation).items()):
         paths = v if isinstance(v, list) else [v]
         parts[k] = [fingerprint(str(p)) for p in paths]
     if "wordnet" not in parts:
-        from workloads.perturbations.text import _wordnet
-
         located = _wordnet.locate(None)
         parts["wordnet"] = fingerprint(located) if located else None
     if stand_in_model is not None:

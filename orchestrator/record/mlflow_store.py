@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import time
-from pathlib import Path
-from typing import Any
 import urllib.error
 import urllib.request
+from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
-import platform
 
 from orchestrator.record.writer import BackgroundLogging, TrialLogWriter
+from workloads.perturbations.text import TEXT_PERTURBATIONS
+from workloads.perturbations.video import VIDEO_PERTURBATIONS
 from workloads.spec import SPEC_FIELDS, TrialSpec
 
 # a dead tracking server must not stall the driver for minutes per trial (MLflow's defaults retry 7 times with
@@ -98,7 +100,7 @@ class Tracker(BackgroundLogging):
     `set_terminated`. A local sqlite store keeps each grid's artifacts beside it, under `<results>/mlartifacts/`."""
 
     def __init__(self, tracking_uri: str, results_dir: str | os.PathLike):
-        from mlflow.tracking import MlflowClient   # MLflow (~90 MB, 1-2 s): only where a store is opened
+        from mlflow.tracking import MlflowClient  # MLflow (~90 MB, 1-2 s): only where a store is opened
 
         self.uri = tracking_uri
         self.results_dir = Path(results_dir).resolve()
@@ -280,7 +282,7 @@ class Tracker(BackgroundLogging):
                    steps: dict[str, list[float]] | None = None) -> None:
         """Params, metrics (step 0) and step metrics (`steps`: name -> value per step) in one `log_batch` when they fit
         MLflow's limits (100 params, 1,000 metrics a call), else in as many as they need."""
-        from mlflow.entities import Metric, Param
+        from mlflow.entities import Metric, Param   # MLflow (seconds): only in the process that logs to it
 
         now = int(time.time() * 1000)
         ps = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
@@ -318,9 +320,6 @@ def run_name(spec: dict[str, Any]) -> str:
 def _level(spec: dict[str, Any]) -> str:
     """The paper's level of the cell's perturbation, registry metadata: low / mid / high for the video types,
     character / word / sentence for the text types; "" for clean and mixed cells."""
-    from workloads.perturbations.text import TEXT_PERTURBATIONS
-    from workloads.perturbations.video import VIDEO_PERTURBATIONS
-
     name = spec.get("perturbation")
     registry = VIDEO_PERTURBATIONS if spec.get("direction", "v2t") == "v2t" else TEXT_PERTURBATIONS
     return registry.static_info(name)["level"] if name in registry else ""

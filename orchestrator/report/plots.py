@@ -21,10 +21,10 @@ from workloads.spec import CLEAN
 
 # -- plots ----------------------------------------------------------------------------------------------------------
 def _plt():
-    import matplotlib
+    import matplotlib   # matplotlib: only when plots are drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt   # matplotlib: only when plots are drawn
 
     return plt
 

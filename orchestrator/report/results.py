@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from orchestrator.config.tables import Table
 from orchestrator.report.formats import LEGEND, table_markdown, wide_frame
 from orchestrator.report.rows import QS, planned_rows, table_order
+from orchestrator.report.selection import paired_tables, selection_tables
 from workloads.spec import TrialSpec
 
 
@@ -73,8 +74,6 @@ def analysis_tables(grid, df: pd.DataFrame, computed: dict[str, list[Table]]) ->
     """(title, file prefix, tables) of the tables read across scenarios' cells: the query-shift R@1 minus Source,
     paired (every grid with a Source row), and hyperparameter selection (grids with `search:`), both from
     orchestrator/report/selection.py."""
-    from orchestrator.report.selection import paired_tables, selection_tables
-
     out = []
     paired = paired_tables(computed.get(QS, []))
     if paired:

@@ -268,10 +268,10 @@ def plot_selection(tables: list[Table], out: Path) -> list[Path]:
     for t in (t for t in tables if t.name == "hp_selection_R1"):
         if not t.rows:
             continue
-        import matplotlib
+        import matplotlib   # matplotlib: only when plots are drawn
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt   # matplotlib: only when plots are drawn
 
         fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(t.columns) * max(1, len(t.rows)) / 3), 3.2))
         width = 0.8 / len(t.rows)

@@ -13,17 +13,19 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Iterator
-import threading
-from collections import Counter
 
 from rich.console import Console
 from rich.markup import escape
 
 from orchestrator.planning.describe import sizing_lines
 from orchestrator.planning.plan import Plan
+from orchestrator.planning.search import search_line
+from workloads.datasets.synthetic import is_complete
 
 
 def make_console(file=None) -> Console:
@@ -109,8 +111,6 @@ def handle_sigterm() -> None:
 
 
 def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console, verbose: bool = False) -> None:
-    from orchestrator.planning.search import search_line
-
     c = Counter(status.values())
     damaged = f"{c['damaged']} damaged, " if c.get("damaged") else ""
     console.print(f"[bold]grid[/] {plan.grid.name} ({plan.grid.source}): {len(plan.trials)} trials "
@@ -159,7 +159,6 @@ def announce_generation(name: str, dataset, console: Console) -> None:
     config = getattr(dataset, "config", None)
     if location is None or config is None:
         return
-    from workloads.datasets.synthetic import is_complete
 
     if not is_complete(location, config):
         sizes = f"{config.size}px"

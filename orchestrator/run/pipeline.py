@@ -74,7 +74,7 @@ class Pipeline:
                 self.stream.stop()
 
     def _stages(self) -> None:
-        import ray
+        import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
 
         plan = self.plan

@@ -57,7 +57,7 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     if address is not None:
         use_cluster_token()   # before Ray is imported: it reads its auth mode once, then
-    import ray
+    import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
     if ray.is_initialized():
         return {"dashboard_url": None, "address": "already connected"}
@@ -97,7 +97,7 @@ def use_cluster_token() -> None:
 
 
 def stop_ray() -> None:
-    import ray
+    import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
     if ray.is_initialized():
         ray.shutdown()

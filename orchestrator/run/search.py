@@ -19,15 +19,16 @@ import math
 import threading
 from typing import Any
 
+from orchestrator.config.schema import SURROGATES
 from orchestrator.config.search import method_domains
 from orchestrator.planning.search import (
     SearchedConfig,
-    split_config,
-    tune_domain,
     read_tpe_record,
+    split_config,
     tpe_record_path,
     tpe_spec,
     tpe_streams,
+    tune_domain,
 )
 from workloads.atomic import atomic_write_text
 from workloads.seeding import stable_seed
@@ -40,7 +41,7 @@ class TPEStream:
     """One stream's search: its OptunaSearch, its record and the proposals in flight."""
 
     def __init__(self, plan, stream: TrialSpec, ledger):
-        import optuna
+        import optuna   # Optuna and Ray Tune: only for a grid with a TPE search
         from optuna.samplers import TPESampler
         from ray.tune.search.optuna import OptunaSearch
 
@@ -76,7 +77,6 @@ class TPEStream:
         value = entry.get("metrics", {}).get(self.search.objective) if entry.get("status") == "ok" else None
         if value is None or not math.isfinite(float(value)):
             return None
-        from orchestrator.config.schema import SURROGATES
 
         return float(value) if SURROGATES.get(self.search.objective, True) else -float(value)
 

@@ -31,6 +31,7 @@ import os
 import time
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.config.grid import load_grid
 from orchestrator.config.schema import GridSpec
@@ -38,6 +39,7 @@ from orchestrator.planning.environment import checkpoint_paths, trial_environmen
 from orchestrator.planning.needs import set_need, trial_needs
 from orchestrator.planning.paths import Paths, check_writable
 from orchestrator.planning.plan import Plan, build_plan, check_hub_k, missing_videos, plan_for_sizing
+from orchestrator.planning.search import tpe_streams
 from orchestrator.record.ledger import TrialLedger
 from orchestrator.record.mlflow_store import check_store, default_tracking_uri
 from orchestrator.record.recorder import LiveRecorder
@@ -111,12 +113,9 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
          t_start: float, opts: SubmitOptions | None = None, *, tracker: TrackerProcess) -> SubmitReport:
     """The trials of `todo` and the stages feeding them, on the connected Ray cluster; results through `tracker`
     (the caller's: `submit` closes it)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-
-    from orchestrator.planning.search import tpe_streams
-    from orchestrator.run.search import TPESearches   # Optuna: only a submission that searches with TPE uses it
-    from orchestrator.run.tune import run_trials   # Ray Tune (~1.5 s): only a submission that runs trials imports it
+    from orchestrator.run.search import TPESearches  # Optuna: only a submission that searches with TPE uses it
+    from orchestrator.run.tune import run_trials  # Ray Tune (~1.5 s): only a submission that runs trials imports it
 
     opts = opts or SubmitOptions()
     paths = plan.paths

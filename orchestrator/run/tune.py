@@ -107,7 +107,7 @@ def trial_error_message(trial) -> str:
     which Tune fills only when it next syncs, so in `on_trial_error` it returned nothing."""
     try:
         if trial.pickled_error_file and os.path.isfile(trial.pickled_error_file):
-            import cloudpickle
+            import cloudpickle   # only to read a failed trial's pickled error
 
             with open(trial.pickled_error_file, "rb") as f:
                 err = cloudpickle.load(f)
@@ -246,7 +246,7 @@ def producers_waiting() -> bool:
     report to the GCS (about once a second), read through Ray's autoscaler SDK as `ray status` reads it. Tune's trials
     ask through placement groups (the gang requests), so in an idle wave these single requests are the producers'
     (render actors, fine-tunes, asset tasks)."""
-    import ray
+    import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
     from ray.autoscaler.v2.sdk import get_cluster_status
 
     status = get_cluster_status(ray.get_runtime_context().gcs_address)
@@ -335,7 +335,7 @@ def _tune_settings_for_many_trials():
       when the run starts and ends, not every ~10 s as well: the ledger is our resume record (a restored Tuner
       records nothing: RecordingScheduler), and the periodic saves took ~9% of the driver loop's CPU at 4,270 trials
       (py-spy, docs/notes/2026-11-results-history.md §15)."""
-    import ray
+    import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
     cpus = ray.cluster_resources().get("CPU", 1.0) if ray.is_initialized() else 1.0
     wanted = {"TUNE_MAX_PENDING_TRIALS_PG": str(max(200, int(cpus * 1.1))), "TUNE_GLOBAL_CHECKPOINT_S": "inf"}

@@ -3,15 +3,17 @@ each query video's distractor, chosen by embedding the pool's videos with CLIP),
 under the cache's `prepared/` folder. Which files a type reads is orchestrator/config/assets.py."""
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
-import json
 
 from rich.console import Console
 
 from orchestrator.config.assets import asset_paths, dataset_assets
 from orchestrator.planning.plan import Plan
 from orchestrator.planning.resources import Cluster, producer_share
+from workloads.atomic import atomic_write_text
+from workloads.datasets import create_dataset
 from workloads.perturbations.video import get as perturbation_info
 from workloads.spec import CLEAN
 
@@ -20,9 +22,8 @@ def prepare_video_assets(plan, dataset: str, perturbation: str, embedder_path: s
                          version: str) -> dict[str, dict]:
     """Per test video of `dataset`: the assets `perturbation` prepares once per dataset (its `prepare` hook). Runs in
     a Ray task (all local CPUs, or one GPU); the result is cached under the cache's `prepared/` folder."""
-    import ray
+    import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
-    from workloads.atomic import atomic_write_text
 
     cache = plan.paths.cache / "prepared" / perturbation / f"{dataset}-{version.split(':', 1)[-1]}.json"
     if cache.is_file():
@@ -42,8 +43,6 @@ def prepare_video_assets(plan, dataset: str, perturbation: str, embedder_path: s
 
 
 def _prepare_task(perturbation, dataset, root, options, paths, embedder, num_frames, device) -> dict[str, dict]:
-    from workloads.datasets import create_dataset
-
     ds = create_dataset(dataset, root=root, **options)
     return perturbation_info(perturbation).assets.prepare(ds, paths, embedder, num_frames=num_frames, device=device)
 

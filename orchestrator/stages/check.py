@@ -44,7 +44,7 @@ class CheckFailed(ValueError):
 # --------------------------------------------------------------------------------------------------------------
 def _check_task(specs: list[dict], env: dict) -> list[dict]:
     """In a Ray worker: the clean source trials of one case, as the trials would run them."""
-    from workloads.trial import run
+    from workloads.trial import run   # imports torch (seconds): only where trials run
 
     environment = TrialEnvironment(**env)
     out = []
@@ -80,7 +80,7 @@ def run_check(plan: Plan, checkpoints: dict[str, dict[str, Any]], ledger: TrialL
               tolerance: float = DEFAULT_TOLERANCE, submission: str | None = None) -> CheckReport:
     """Clean R@1/5/10 of every case (reusing ledger entries), printed beside the paper. Needs Ray running and the
     checkpoints ready (`prepare_models`) unless every case is in the ledger already (`reuse_ledger`)."""
-    import ray
+    import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
     t0 = time.time()
     cases = check_cases(plan)

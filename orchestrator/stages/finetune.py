@@ -12,6 +12,7 @@ from rich.console import Console
 from orchestrator.planning.environment import checkpoint_paths, models_to_make
 from orchestrator.planning.plan import Plan
 from orchestrator.planning.resources import Cluster, producer_share
+from workloads.datasets import create_dataset
 
 
 def launch_models(plan: Plan, console: Console, cpus: int | None = None) -> dict[str, Any]:
@@ -19,7 +20,7 @@ def launch_models(plan: Plan, console: Console, cpus: int | None = None) -> dict
     nodes do the work in parallel (an X-Pool that starts from a clip4clip waits for that one's task). Returns
     checkpoint path -> ObjectRef of its task's record (only the checkpoints to make). `cpus`: per CPU fine-tune
     (default: every CPU available now)."""
-    import ray
+    import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
     models = checkpoint_paths(plan)
     refs: dict[str, Any] = {}
@@ -60,7 +61,7 @@ def model_line(plan: Plan, path: str, record: dict[str, Any], seconds: float) ->
 def prepare_models(plan: Plan, console: Console) -> dict[str, dict[str, Any]]:
     """Fine-tune (or pretrain) the checkpoints the grid does not supply and wait for them (the `check` command);
     returns "backbone|source" -> {"path", "clip_only"}."""
-    import ray
+    import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
     t0 = time.time()
     refs = launch_models(plan, console)
@@ -71,8 +72,7 @@ def prepare_models(plan: Plan, console: Console) -> dict[str, dict[str, Any]]:
 
 def _finetune_task(config, dataset: str, root, options, data_version: str, cache_dir: str, init_path, device: str,
                    after=None):
-    from workloads.backbones.finetune import ensure_finetuned
-    from workloads.datasets import create_dataset
+    from workloads.backbones.finetune import ensure_finetuned   # imports torch (seconds): only in the fine-tuning task
 
     ds = create_dataset(dataset, root=root, **options)
     _, record = ensure_finetuned(config, ds.train_split(), ds.test_split(), cache_dir, data_version,

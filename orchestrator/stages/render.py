@@ -27,10 +27,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from orchestrator.planning.cost_model import clip_size
 from orchestrator.planning.needs import set_need
 from orchestrator.planning.plan import Plan
 from orchestrator.planning.render_sets import RenderSet, plan_render_rows, plan_set_rows
 from workloads.render_cache import RenderCache, RenderKey
+from workloads.render_memory import render_bytes
 
 
 @dataclass
@@ -64,10 +68,10 @@ def render_rows(batch: dict[str, Any], cache_root: str, seed: int, num_frames: i
     into the cache and returns one output row per clip. A task, not an actor: nothing is worth keeping between rows
     (the cache is a folder), and Ray restarts a failed task where an actor pool's restart needs its constructor
     arguments kept in the object store."""
-    import cv2
+    import cv2   # OpenCV and torch: only in the render workers
     import torch
 
-    from workloads.render_cache import render_video   # OpenCV, PyAV, torch: only in the render workers
+    from workloads.render_cache import render_video  # OpenCV, PyAV, torch: only in the render workers
 
     cv2.setNumThreads(1)
     torch.set_num_threads(1)
@@ -113,9 +117,6 @@ def render_task_memory(plan: Plan, datasets) -> int:
     (workloads/render_memory.py `render_bytes`) at the largest of these datasets' source clips (mean size from a sample
     of their videos, else typical: orchestrator/planning/cost_model.py `clip_size`). Ray schedules by it, so a node
     runs only as many renders as its memory holds; it is a reservation, not a limit."""
-    from orchestrator.planning.cost_model import clip_size
-    from workloads.render_memory import render_bytes
-
     sizes = [clip_size(d, plan.datasets[d]) for d in sorted(set(datasets))]
     return max((render_bytes(max(1, round(c.width)), max(1, round(c.height)), max(1, round(c.fps * c.seconds)))
                 for c in sizes), default=render_bytes(320, 240, 300))
@@ -126,8 +127,7 @@ def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
            console=None) -> RenderSummary:
     """Render everything the plan needs that is not cached yet. `assets`: per dataset; `video_assets`: per dataset
     and video (e.g. the chosen event-insertion distractor). Needs `ray.init` to have run."""
-    import ray
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
     t0 = time.time()
     cache = RenderCache(plan.paths.render)
@@ -171,7 +171,7 @@ def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
 
 
 def actor_pool_size(actors: int | None, rows: int) -> int:
-    import ray
+    import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
     cpus = int(ray.available_resources().get("CPU", 1))
     return max(1, min(actors or cpus, rows))
@@ -267,7 +267,7 @@ class RenderStream:
                 self._announce(rs)
         if not rows:
             return
-        import ray
+        import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False

@@ -9,15 +9,18 @@ plan and has no cell, never a failed trial.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
-import json
-import traceback
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.config.assets import text_assets
 from orchestrator.stages.render import quiet_ray_data
-from workloads.text_queries import TextSetKey
+from workloads.datasets import create_dataset
+from workloads.text_queries import TextSetKey, render_text_set
 
 
 @dataclass
@@ -35,9 +38,6 @@ class TextRenderSummary:
 
 
 def _render_row(row: dict[str, Any]) -> dict[str, Any]:
-    from workloads.datasets import create_dataset
-    from workloads.text_queries import render_text_set
-
     key = TextSetKey(**json.loads(row["key"]))
     try:
         test = create_dataset(key.dataset, root=row["root"], **json.loads(row["options"])).test_split()
@@ -73,8 +73,7 @@ def render_text_sets(plan, checkpoints: dict[str, dict[str, Any]], console=None,
                      "assets": json.dumps(text_assets(plan.grid, job.key.dataset, job.key.perturbation)),
                      "label": f"{job.key.dataset}/{job.key.perturbation}-{job.key.severity}"})
     if rows:
-        import ray
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False

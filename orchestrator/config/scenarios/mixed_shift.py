@@ -24,6 +24,7 @@ from orchestrator.config.scenarios import register_scenario
 from orchestrator.config.scenarios.base import Cell, Scenario
 from orchestrator.config.tables import Table, TableOrder, combine, groups, mean_of
 from workloads.mixing import Mix
+from workloads.perturbations.text import TEXT_PERTURBATIONS
 
 TEXT_SEVERITIES = [1, 2, 3, 4, 5, 6, 7]
 MIXABLE_TEXT_LEVELS = ("character", "word")
@@ -70,8 +71,6 @@ class MixedShift(Scenario):
 
     @staticmethod
     def _mixable_text() -> list[str]:
-        from workloads.perturbations.text import TEXT_PERTURBATIONS
-
         return [n for n in TEXT_PERTURBATIONS.names()
                 if TEXT_PERTURBATIONS.static_info(n)["level"] in MIXABLE_TEXT_LEVELS]
 

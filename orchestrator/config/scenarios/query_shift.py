@@ -20,6 +20,7 @@ from orchestrator.config.names import known_text_perturbations, known_video_pert
 from orchestrator.config.scenarios import register_scenario
 from orchestrator.config.scenarios.base import Cell, Scenario
 from orchestrator.config.tables import LEVEL_ORDER, Table, TableOrder, combine, groups, mean_of
+from workloads.perturbations.text import DEFAULT_SEVERITIES, LEVELS, SEVERITIES, TEXT_PERTURBATIONS
 from workloads.spec import CLEAN
 
 # the metrics of its tables by default: trials-table column -> (title, digits)
@@ -40,8 +41,6 @@ class QueryShiftConfig:
     text_severities: dict[str, list[int]] = field(default_factory=dict)
 
     def severities_of(self, level: str) -> list[int]:
-        from workloads.perturbations.text import DEFAULT_SEVERITIES
-
         return self.text_severities.get(level, [DEFAULT_SEVERITIES[level]])
 
 
@@ -53,8 +52,6 @@ class QueryShift(Scenario):
     title = "Query-shift tables"
 
     def check(self, grid) -> None:
-        from workloads.perturbations.text import LEVELS, SEVERITIES
-
         c = self.config
         check_names("query_shift.datasets", c.datasets, list(grid.datasets), "dataset (declare it under datasets:)")
         check_names("query_shift.directions", c.directions, ["v2t", "t2v"], "direction")
@@ -97,8 +94,6 @@ class QueryShift(Scenario):
 
     def _text_types(self, grid, dataset: str) -> list[tuple[str, str]]:
         """(type, level) of the grid's text perturbations that can run on `dataset` with its assets."""
-        from workloads.perturbations.text import TEXT_PERTURBATIONS
-
         return [(p, TEXT_PERTURBATIONS.static_info(p)["level"]) for p in self.config.text_perturbations
                 if unavailable_reason(grid, dataset, p) is None]
 
