@@ -183,8 +183,11 @@ def test_perturbed_t2v_end_to_end_through_ray_tune_mlflow_and_parquet(tmp_path, 
 
     table = pq.read_table(results / "text_e2e" / "qs_R1.parquet").to_pandas()
     cols = ["char_swap", "Avg character", "word_swap", "Avg word", "Avg", "Clean"]
+    # the values, their states, then each value's 95% interval (a bootstrap over the queries: one seed here)
     assert list(table.columns) == ["dataset", "direction", "severity", "backbone", "method", *cols,
-                                   *(f"{c}:state" for c in cols)]
+                                   *(f"{c}:state" for c in cols), *(f"{c}:{e}" for c in cols for e in ("low", "high"))]
+    assert (table["char_swap:low"] <= table["char_swap"]).all()
+    assert (table["char_swap"] <= table["char_swap:high"]).all()
     assert not table[["char_swap", "word_swap", "Clean"]].isna().any().any()
 
     sets = sorted((shared_cache / "render" / "_text" / "synthetic").glob("*.json"))
