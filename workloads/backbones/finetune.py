@@ -341,16 +341,14 @@ def train_step(model: VideoTextModel, opt, sched, autocast, tokens: torch.Tensor
     backbone that reads them."""
     if own_loss(model):
         return _step(model, opt, sched, lambda: _head_loss(model, autocast, tokens, clips, side))
+    return _step(model, opt, sched, lambda: _infonce_loss(model, autocast, tokens, clips))
+
+
+def _infonce_loss(model: VideoTextModel, autocast, tokens: torch.Tensor, clips: torch.Tensor) -> torch.Tensor:
     with autocast:
         text = model.encode_text(tokens)
         frames = model.encode_frames(model.preprocess_frames(clips))
-        loss = clip_loss(model, text.float(), frames.float())
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    sched.step()
-    return loss
+        return clip_loss(model, text.float(), frames.float())
 
 
 def _head_loss(model: VideoTextModel, autocast, tokens: torch.Tensor, clips: torch.Tensor,
