@@ -112,14 +112,17 @@ def quiet_ray_data():
         logger.setLevel(level)
 
 
-def render_task_memory(plan: Plan, datasets) -> int:
+def render_task_memory(plan: Plan, datasets, sizes: dict | None = None) -> int:
     """Bytes each render task reserves in Ray (`memory=`): the measured peak of the largest perturbation type
     (workloads/render_memory.py `render_bytes`) at the largest of these datasets' source clips (mean size from a sample
     of their videos, else typical: orchestrator/planning/cost_model.py `clip_size`). Ray schedules by it, so a node
-    runs only as many renders as its memory holds; it is a reservation, not a limit."""
-    sizes = [clip_size(d, plan.datasets[d]) for d in sorted(set(datasets))]
+    runs only as many renders as its memory holds; it is a reservation, not a limit. `sizes`: dataset -> clip size
+    already read (filled here), so a caller rendering in batches probes each dataset's videos once."""
+    sizes = {} if sizes is None else sizes
+    for d in set(datasets) - set(sizes):
+        sizes[d] = clip_size(d, plan.datasets[d])
     return max((render_bytes(max(1, round(c.width)), max(1, round(c.height)), max(1, round(c.fps * c.seconds)))
-                for c in sizes), default=render_bytes(320, 240, 300))
+                for c in (sizes[d] for d in set(datasets))), default=render_bytes(320, 240, 300))
 
 
 def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
@@ -194,6 +197,7 @@ class RenderStream:
         self.progress, self.task = progress, None
         self.render_fn = render_fn or render_rows
         self.render_kwargs, self.cpus_per_actor = render_kwargs, cpus_per_actor
+        self._clip_sizes: dict = {}   # dataset -> source clip size, read once (render_task_memory)
         self.plan_rows = plan_rows or (lambda sets, va: plan_set_rows(self.plan, RenderCache(self.plan.paths.render),
                                                                         sets, va))
         self.summary = RenderSummary()
@@ -282,7 +286,7 @@ class RenderStream:
             "assets": self.assets}
         ds = ds.map_batches(self.render_fn, batch_size=1, compute=ray.data.TaskPoolStrategy(size=size),
                             num_cpus=self.cpus_per_actor, fn_kwargs=kwargs,
-                            memory=render_task_memory(self.plan, (rs[0] for rs in sets)))
+                            memory=render_task_memory(self.plan, [rs[0] for rs in sets], self._clip_sizes))
         with quiet_ray_data():
             for row in ds.iter_rows():
                 if self._stop.is_set():
