@@ -8,7 +8,7 @@ Generates the clip once (cached in --dir, default $TMPDIR/mlvp-long-video; bench
 x264 veryfast crf 23, High profile, 3 B-frames, a keyframe every 5 s, a camera panning over a textured scene with a
 moving disc, a frame counter and film grain), then renders each type's five severities with render_video in a fresh
 process (workloads/render_memory.py `measure`: the process imports cv2 and torch first, as a render actor does) and
-prints its peak RSS (ru_maxrss), its RSS after the imports, CPU and wall seconds, and the memory model's figure
+prints its peak RSS (VmHWM), its RSS after the imports, CPU and wall seconds, and the memory model's figure
 (`render_bytes`) beside it. Goal: every type <= 2 GB on the 3-minute 720p clip. `--together` also renders every
 type in one process (the bench's whole-clip path). `--adain` adds style transfer with random-initialised AdaIN
 weights (the faithful path's networks on the CPU).

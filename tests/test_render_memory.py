@@ -70,3 +70,15 @@ def test_every_type_renders_a_60s_720p_clip_under_2gb(long_hd_clip):
         results[name] = r
     # the clip as RGB would be 5 GB: a render held a small part of it
     assert max(r["peak_bytes"] - r["base_bytes"] for r in results.values()) < frames * WIDTH * HEIGHT * 3 / 4
+
+
+def test_a_measured_peak_is_the_childs_own_not_the_parents(tmp_path):
+    # Linux carries a parent's high-water RSS across fork and exec into the child's getrusage ru_maxrss: from a
+    # pytest worker that had grown to 2.3 GB, a 1-second clean render "peaked" at 2.36 GB (CI, 2026-11-27).
+    clip = tmp_path / "small.mp4"
+    write_clip(clip, 30, 160, 96, FPS)
+    ballast = np.ones(LIMIT // 8)  # this process now holds 2 GB more than the child can need
+    r = measure(clip, ["clean"], (1,))
+    assert ballast.sum() == LIMIT // 8
+    assert r["status"] == {"clean": ["ok"]}
+    assert r["base_bytes"] < r["peak_bytes"] < LIMIT // 2, r

@@ -18,8 +18,8 @@ of all types ("clean" is the clean clips' row): an actor may get any row.
 
 How the constants were measured (benchmarks/long_video_memory.py --calibrate; figures, command and machine in
 docs/notes/2026-11-27-long-video-memory.md): `measure` runs render_video of one type's five severities in a fresh
-child process that first imports cv2 and torch (as RenderActor does) and reports its peak RSS (getrusage
-ru_maxrss); BASE_BYTES is the RSS after those imports; a type's PER_PIXEL is the largest (peak - base) / pixels over
+child process that first imports cv2 and torch (as RenderActor does) and reports its peak RSS (VmHWM, its own
+address space's); BASE_BYTES is the RSS after those imports; a type's PER_PIXEL is the largest (peak - base) / pixels over
 a 640x360 and a 1280x720 H.264 clip of 10 s, fitted as fixed + per_pixel x pixels through the two (H.264's
 encoders subtracted first); the working set does not grow with length (the 60 s and 3-minute clips of the benchmark
 and tests/test_render_memory.py check it). MARGIN covers allocator slack and content. PER_FRAME bounds what does grow
@@ -106,7 +106,6 @@ def measure(path: str | os.PathLike, perturbations: Iterable[str], severities: I
 
 
 def _child(path: str, perturbations: list[str], severities: list[int], adain_weights: bool) -> dict:
-    import resource
     import time
 
     import cv2
@@ -118,6 +117,12 @@ def _child(path: str, perturbations: list[str], severities: list[int], adain_wei
     def rss() -> int:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def peak_rss() -> int:
+        # VmHWM is this address space's high-water mark. getrusage's ru_maxrss is not: Linux carries the parent's
+        # high-water mark across fork and exec, so a child of a 2 GB test worker "peaked" at 2 GB before it ran.
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 
     from workloads.render_cache import RenderCache, RenderKey, render_video
 
@@ -139,7 +144,7 @@ def _child(path: str, perturbations: list[str], severities: list[int], adain_wei
     status: dict[str, list[str]] = {}
     for key, o in zip(keys, out):
         status.setdefault(key.perturbation, []).append(o["status"])
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    peak = peak_rss()
     return {"peak_bytes": peak, "base_bytes": base, "cpu_s": round(cpu, 3), "wall_s": round(wall, 3),
             "status": status, "errors": sorted({o["error"] for o in out if o["error"]})}
 
