@@ -27,10 +27,10 @@ TENT = {"gaussian_noise": {"": (20, 3.0, 80), "random-1": (30, 2.0, 70), "random
         "fog": {"": (40, 3.0, 80), "random-1": (46, 2.0, 75), "random-2": (38, 1.0, 60)}}
 
 
-def rows(seeds=(0, 1), missing: tuple = ()) -> pd.DataFrame:
+def rows(seeds=(0, 1), missing: tuple = (), tent: dict | None = None) -> pd.DataFrame:
     out = []
     for seed in seeds:
-        for pert, configs in TENT.items():
+        for pert, configs in (tent or TENT).items():
             base = {"scenario": "query_shift", "dataset": "synthetic", "direction": "v2t", "backbone": "clip4clip",
                     "perturbation": pert, "severity": 5, "mix": "", "seed": seed}
             out.append({**base, "row": "source", "method": "source", "config": "", "status": "ok",
@@ -86,6 +86,72 @@ def test_correlation_is_spearman_across_configurations():
         r1 = [v[0] for v in configs.values()]
         expected.append(stats.spearmanr([-v[1] for v in configs.values()], r1).statistic)
     assert corr.cell(("clip4clip", "tent"), ("label-free", "pred_entropy")).value == pytest.approx(np.mean(expected))
+
+
+def test_correlation_over_a_constant_is_undefined_not_missing():
+    """R@1 the same for every configuration of a cell (or the signal the same): the rank correlation is undefined,
+    marked so with its reason in every form, never `missing` (which says results are absent) nor a number."""
+    from orchestrator.report.formats import LEGEND, long_frame, table_html, table_markdown, wide_frame
+
+    # every configuration reaches R@1 20 in every cell; source_R1 is the same for all of them too; entropy varies
+    flat = {pert: {cfg: (20, ent, 80) for cfg, (_, ent, _) in configs.items()} for pert, configs in TENT.items()}
+    corr = tables(rows(tent=flat))["hp_selection_correlation"]
+    tent = ("clip4clip", "tent")
+    entropy, source_r1 = (corr.cell(tent, ("label-free", s)) for s in ("pred_entropy", "source_R1"))
+    assert entropy.state == "undefined" and entropy.why == "constant R@1" and entropy.number is None
+    assert source_r1.state == "undefined" and source_r1.why == "constant R@1 and signal"
+    assert entropy.text(2) == "undefined (constant R@1)" and "6 cells x seeds" in entropy.of
+    # a signal no trial reports is still missing: absent results, not a constant
+    assert corr.cell(tent, ("label-free", "snd")).state == "missing"
+
+    # the signal alone constant: undefined for that reason
+    still = {pert: {cfg: (r1, 2.0, src) for cfg, (r1, _, src) in configs.items()} for pert, configs in TENT.items()}
+    assert tables(rows(tent=still))["hp_selection_correlation"].cell(tent, ("label-free", "pred_entropy")).why \
+        == "constant signal"
+
+    # constant in some cells only: the mean over the others, the undefined ones counted beside it
+    some = {**TENT, "fog": flat["fog"]}
+    mixed = tables(rows(seeds=(0,), tent=some))["hp_selection_correlation"].cell(tent, ("label-free", "pred_entropy"))
+    expected = [stats.spearmanr([-v[1] for v in TENT[p].values()], [v[0] for v in TENT[p].values()]).statistic
+                for p in ("gaussian_noise", "impulse_noise")]
+    assert mixed.state == "ok" and mixed.value == pytest.approx(np.mean(expected))
+    assert mixed.of == "2 cells x seeds; 1 more undefined (constant R@1)"
+
+    # every form: Markdown and HTML say it with its reason, the Parquet forms a null with state and reason
+    assert "| undefined (constant R@1) |" in table_markdown(corr) and "undefined (" in LEGEND
+    html = table_html(corr)
+    assert '<td class="undefined" title="undefined in all 6 cells x seeds (constant R@1: ' in html
+    assert ">undefined (constant R@1)</td>" in html
+    long = long_frame([corr]).set_index(["method", "column"])
+    assert pd.isna(long.loc[("tent", "pred_entropy"), "value"]) and long.loc[("tent", "pred_entropy"), "state"] \
+        == "undefined" and long.loc[("tent", "pred_entropy"), "why"] == "constant R@1"
+    assert long.loc[("tent", "snd"), "state"] == "missing" and pd.isna(long.loc[("tent", "snd"), "why"])
+    wide = wide_frame(corr).set_index("method")
+    assert pd.isna(wide.loc["tent", "pred_entropy"]) and wide.loc["tent", "pred_entropy:state"] == "undefined"
+    assert wide.loc["tent", "pred_entropy:why"] == "constant R@1" and pd.isna(wide.loc["tent", "snd:why"])
+    import pyarrow as pa   # as written to the Parquet files: null value, the state and the reason as strings
+
+    arrow = pa.Table.from_pandas(wide_frame(corr), preserve_index=False).to_pylist()
+    tent_row = next(r for r in arrow if r["method"] == "tent")
+    assert (tent_row["pred_entropy"], tent_row["pred_entropy:state"], tent_row["pred_entropy:why"]) \
+        == (None, "undefined", "constant R@1")
+    # a table with nothing undefined has no reason columns
+    assert not any(c.endswith(":why") for c in wide_frame(tables(rows())["hp_selection_correlation"]).columns)
+
+
+def test_kendall_tau_rows_are_not_bold():
+    """Bold marks a column's best method; the agreement rows (Kendall's tau with the paper and with the oracle) are not
+    methods to compare, so none of their values is bold, in Markdown or HTML. The tables of methods still are."""
+    from orchestrator.report.formats import table_html, table_markdown
+
+    t = tables(rows())
+    agreement = t["hp_selection_agreement"]
+    assert {r[0] for r in agreement.rows} == {"Kendall tau"} and not agreement.compare_rows
+    assert any(agreement.cell(r, c).state == "ok" for r in agreement.rows for c in agreement.columns)
+    assert agreement.best() == {}
+    assert "**" not in table_markdown(agreement) and "<b>" not in table_html(agreement)
+    for name in ("hp_selection_R1", "hp_selection_ranking"):
+        assert t[name].compare_rows and "**" in table_markdown(t[name]) and "<b>" in table_html(t[name])
 
 
 def test_ranking_beside_the_papers():

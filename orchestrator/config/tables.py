@@ -6,7 +6,10 @@ the HTML report (orchestrator/report/formats.py) only render them, so a cell rea
 - ok: a number over every trial the cell asks for;
 - partial: a number over fewer (`of` says how many): written with `*`, never bold as a column's best;
 - failed: a trial of the cell failed (`key`: the first): written `failed`, never a number;
-- missing: no trial of the cell ran: written `missing`, never zero.
+- missing: no trial of the cell ran: written `missing`, never zero;
+- undefined: the trials ran, but the statistic has no value on them (`why` says why: a rank correlation across
+  configurations whose R@1, or whose signal, is the same for every one): written `undefined (<why>)`, never a number
+  and never `missing`, which says that results are absent.
 
 A cell with a number also carries a 95% interval (`low`, `high`; written "41.0 ±1.2", half its width) where one can
 be had: over seeds when the cell's trials ran at several (`seeds`: each seed's mean; Student's t over them), else a
@@ -25,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-STATES = ("ok", "partial", "failed", "missing")
+STATES = ("ok", "partial", "failed", "missing", "undefined")
 # the paper's level order: video types low / mid / high, text types character / word / sentence
 LEVEL_ORDER = ["low", "mid", "high", "character", "word", "sentence"]
 
@@ -46,10 +49,13 @@ class Value:
     high: float = math.nan
     seeds: dict[int, float] = field(default_factory=dict)    # seed -> the cell's value at that seed (2 or more)
     draws: Any = None                                        # bootstrap means over queries (numpy [BOOTSTRAP_DRAWS])
+    why: str = ""                                            # undefined: why there is no value ("constant R@1")
 
     def text(self, digits: int) -> str:
         if self.state == "failed":
             return "failed"
+        if self.state == "undefined":
+            return f"undefined ({self.why})" if self.why else "undefined"
         if self.state == "missing" or math.isnan(self.value):
             return "missing"
         out = f"{self.value:.{digits}f}" + ("*" if self.state == "partial" else "")
@@ -66,7 +72,7 @@ class Value:
     @property
     def number(self) -> float | None:
         """The value when the cell has one (ok or partial), else None."""
-        return None if self.state in ("failed", "missing") or math.isnan(self.value) else self.value
+        return None if self.state in ("failed", "missing", "undefined") or math.isnan(self.value) else self.value
 
 
 def combine(trials: list[dict[str, Any]], metric: str) -> Value:
@@ -179,6 +185,10 @@ class Table:
     keys: dict[str, Any] = field(default_factory=dict)   # what it is a table of (dataset, direction, severity, ...)
     digits: int = 1
     higher_better: bool | dict[str, bool] = True          # per column group when a mapping
+    # whether the rows are alternatives to one another (methods), so that a column's best value means something and
+    # is marked; False for rows of another kind, such as agreement measures (Kendall's tau of a ranking with the
+    # paper's and with the oracle's), which nothing ranks
+    compare_rows: bool = True
 
     def cell(self, row: Row, col: Column) -> Value:
         return self.cells.get((row, col), Value())
@@ -188,8 +198,11 @@ class Table:
         return hb.get(col[0], True) if isinstance(hb, dict) else hb
 
     def best(self) -> dict[Column, float]:
-        """Each column's best value among its complete (ok) cells: a partial mean is never a column's best."""
+        """Each column's best value among its complete (ok) cells: a partial mean is never a column's best. None in a
+        table whose rows are not compared (`compare_rows`)."""
         out = {}
+        if not self.compare_rows:
+            return out
         for col in self.columns:
             vals = [v.value for r in self.rows if (v := self.cells.get((r, col))) and v.state == "ok"]
             if vals:

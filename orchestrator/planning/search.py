@@ -134,6 +134,30 @@ def recorded_tpe_trials(plan) -> list:
             for c in read_tpe_record(tpe_record_path(plan, stream))[:plan.grid.search.budget]]
 
 
+def searched_options(grid) -> dict[str, tuple[str, ...]]:
+    """Method entry -> the names of the options its search varies, in the order the grid writes them ({} without a
+    `search:` section)."""
+    s = getattr(grid, "search", None)
+    return {} if s is None else {entry: tuple(space) for entry, space in s.methods.items()}
+
+
+def config_text(spec, names: dict[str, tuple[str, ...]]) -> str:
+    """What tells a searched trial's configuration apart on the console: the values of the options its method's search
+    varies (`lr=3.2e-05 temperature=0.0012 steps=3`, floats to 3 significant digits); "" for the grid's own
+    configuration. A method whose searched options are not known here reads as the configuration's name."""
+    if not spec.config:
+        return ""
+    varied = names.get(spec.method_label)
+    if not varied:
+        return spec.config
+    options = spec.method_options
+    parts = []
+    for name in varied:
+        value = spec.steps if name == "steps" else options.get(name)
+        parts.append(f"{name}={value:.3g}" if isinstance(value, float) else f"{name}={value}")
+    return " ".join(parts)
+
+
 def search_line(plan) -> str:
     """One line for `plan` and `submit`: how many searched trials the grid runs, and how."""
     s = plan.grid.search

@@ -1,7 +1,8 @@
 """A `Table` (orchestrator/config/tables.py) rendered: as Markdown (the console and the .md files), as HTML (the
 report), in long form (one row per cell, with its state) and in wide form (the paper's layout as Parquet, a state
 column beside each value column). Every form says the same of a cell: a number, a partial mean marked `*`,
-`missing` or `failed`; the best complete value of a column is bold."""
+`missing`, `failed` or `undefined` with its reason; the best complete value of a column is bold, in tables whose rows
+are compared (`Table.compare_rows`: not the agreement tables of Kendall's tau)."""
 from __future__ import annotations
 
 import html
@@ -13,8 +14,11 @@ import pandas as pd
 from orchestrator.config.tables import Table
 
 LEGEND = ("A number over every trial the cell asks for; `*`: a mean over fewer (some did not run); `missing`: never "
-          "run; `failed`: a trial failed (see Errors). Best complete value per column in bold. `±`: half the 95% "
-          "interval, over seeds (Student's t) or, with one seed, a bootstrap over queries.")
+          "run; `failed`: a trial failed (see Errors); `undefined (why)`: the trials ran but the statistic has no "
+          "value, e.g. a rank correlation across configurations whose R@1 (or signal) is the same for all of them "
+          "(constant R@1, constant signal). Best complete value per column in bold, where the rows are methods to "
+          "compare (not Kendall's tau rows). `±`: half the 95% interval, over seeds (Student's t) or, with one seed, "
+          "a bootstrap over queries.")
 
 
 def column_name(t: Table, col: tuple[str, str]) -> str:
@@ -64,6 +68,9 @@ def table_html(t: Table) -> str:
                 cells.append(f'<td class="failed"><a href="#err-{esc(v.key)}">failed</a></td>')
             elif v.state == "missing":
                 cells.append('<td class="missing">missing</td>')
+            elif v.state == "undefined":
+                title = f' title="{esc(v.of)}"' if v.of else ""
+                cells.append(f'<td class="undefined"{title}>{text}</td>')
             else:
                 what = ([f"mean over {v.of}"] if v.of else []) + (
                     [f"95% interval [{v.low:.{t.digits}f}, {v.high:.{t.digits}f}]"] if v.has_interval else [])
@@ -88,21 +95,22 @@ def long_frame(tables: list[Table]) -> pd.DataFrame:
                              "group": c[0], "column": c[1], "value": None if math.isnan(v.value) else v.value,
                              "state": v.state, "of": v.of or None, "error_key": v.key or None,
                              "low": v.low if v.has_interval else None, "high": v.high if v.has_interval else None,
-                             "seed_values": json.dumps(v.seeds) if v.seeds else None})
+                             "seed_values": json.dumps(v.seeds) if v.seeds else None, "why": v.why or None})
     return pd.DataFrame(rows, columns=["table", "title", "dataset", "direction", "severity", "backbone", "method",
                                        "group", "column", "value", "state", "of", "error_key", "low", "high",
-                                       "seed_values"])
+                                       "seed_values", "why"])
 
 
 def wide_frame(t: Table) -> pd.DataFrame:
     """The table in its paper layout: its keys, backbone and method, one value column per column (null where the
-    cell has no number), then a `<column>:state` column per column (ok / partial / failed / missing); where cells
-    have intervals, `<column>:low` / `<column>:high`, and where they ran at several seeds, each seed's value
-    (`<column>:seed<N>`)."""
+    cell has no number), then a `<column>:state` column per column (ok / partial / failed / missing / undefined);
+    where cells have intervals, `<column>:low` / `<column>:high`, where they ran at several seeds, each seed's value
+    (`<column>:seed<N>`), and where a cell is undefined, why (`<column>:why`, null elsewhere)."""
     names = [column_name(t, c) for c in t.columns]
     all_cells = [t.cell(r, c) for r in t.rows for c in t.columns]
     seeds = sorted({s for v in all_cells for s in v.seeds})
     extra = (["low", "high"] if any(v.has_interval for v in all_cells) else []) + [f"seed{s}" for s in seeds]
+    why = any(v.why for v in all_cells)
     rows = []
     for r in t.rows:
         row = {**t.keys, "backbone": r[0], "method": r[1]}
@@ -114,8 +122,10 @@ def wide_frame(t: Table) -> pd.DataFrame:
                 row[f"{n}:low"], row[f"{n}:high"] = (v.low, v.high) if v.has_interval else (None, None)
             for s in seeds:
                 row[f"{n}:seed{s}"] = v.seeds.get(s)
+            if why:
+                row[f"{n}:why"] = v.why or None
         rows.append(row)
     cols = [*t.keys, "backbone", "method", *names, *(f"{n}:state" for n in names),
-            *(f"{n}:{e}" for n in names for e in extra)]
+            *(f"{n}:{e}" for n in names for e in extra), *(f"{n}:why" for n in names if why)]
     frame = pd.DataFrame(rows, columns=cols)
     return frame.astype({c: "float64" for c in [*names, *(f"{n}:{e}" for n in names for e in extra)]})

@@ -106,6 +106,7 @@ table.results td,table.results th{border:1px solid #ccc;padding:2px 6px;text-ali
 table.results td:nth-child(-n+2){text-align:left}
 th.group{background:#eef}th{background:#f6f6f6}
 td.missing{color:#999;font-style:italic}td.failed{background:#fdd}td.partial{color:#555}
+td.undefined{color:#777;font-style:italic;background:#f4f4f4}
 img{max-width:100%;border:1px solid #eee;margin:.3em 0}
 .summary span{margin-right:1.2em}pre{background:#f7f7f7;padding:.5em;font-size:11px;overflow-x:auto}
 """

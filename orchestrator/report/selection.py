@@ -16,10 +16,13 @@ Tables per (dataset, direction):
 - `hp_selection_R1`: R@1 reached per method x protocol, the mean over cells and seeds with its 95% interval (over
   seeds; one seed: bootstrap over queries). Source, which has nothing to tune, reads the same in every column;
 - `hp_selection_correlation`: Spearman's rank correlation between each signal (signed so that higher is better) and
-  test R@1 across the candidates of a (cell, seed), the mean over them;
+  test R@1 across the candidates of a (cell, seed), the mean over them. Where R@1 or the signal is the same for every
+  candidate the correlation is undefined (a constant has no ranking): such groups are left out of the mean and
+  counted; a cell where it is undefined in every group is `undefined` with the reason (constant R@1, constant
+  signal), never `missing`, which says that results are absent;
 - `hp_selection_ranking`: each protocol's ranking of the methods by R@1 reached (1 = best), beside the ranking the
   paper's Table 1 gives over the same shift types (workloads/paper.py), and Kendall's tau between each protocol's
-  ranking and the paper's and the oracle's.
+  ranking and the paper's and the oracle's (`hp_selection_agreement`: its rows are not compared, nothing is bold).
 
 Paired tables (every grid with a Source row): each method's query-shift R@1 minus Source's, cell by cell, paired
 seed by seed (or query by query with one seed), so the interval is that of the difference.
@@ -157,29 +160,77 @@ def _spearman(x: list[float], y: list[float]) -> float:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
+def _constant(signal: list[float], r1: list[float]) -> tuple[bool, bool]:
+    """Whether R@1, and whether the signal, is the same for every candidate: either makes the rank correlation
+    undefined (a constant has no ranking), which is not the same as a result being absent."""
+    return len(set(r1)) == 1, len(set(signal)) == 1
+
+
+def _why_undefined(constant: list[tuple[bool, bool]]) -> str:
+    """Why a correlation over these (cell, seed) groups is undefined, each group's (R@1 constant, signal constant)."""
+    r1, signal = all(c[0] for c in constant), all(c[1] for c in constant)
+    if r1 and signal:
+        return "constant R@1 and signal"
+    return "constant R@1" if r1 else "constant signal" if signal else "constant R@1 or signal"
+
+
+class _Correlations:
+    """The rank correlations of one table cell, per (cell, seed) group: the defined ones by seed, and the groups where
+    it is undefined (`_constant`)."""
+
+    def __init__(self):
+        self.by_seed: dict[int, list[float]] = {}
+        self.constant: list[tuple[bool, bool]] = []
+
+    def add(self, seed: int, signal: list[float], r1: list[float]) -> None:
+        r1_constant, signal_constant = _constant(signal, r1)
+        if r1_constant or signal_constant:
+            self.constant.append((r1_constant, signal_constant))
+            return
+        rho = _spearman(signal, r1)
+        if not math.isnan(rho):
+            self.by_seed.setdefault(seed, []).append(rho)
+
+    def extend(self, other: "_Correlations") -> None:
+        for seed, rhos in other.by_seed.items():
+            self.by_seed.setdefault(seed, []).extend(rhos)
+        self.constant.extend(other.constant)
+
+    def value(self) -> Value:
+        """The mean over the groups where it is defined (those where it is not are counted in `of`); undefined when
+        it is defined in none and undefined in some; missing when no group had the candidates to compute it."""
+        n = len(self.constant)
+        if not self.by_seed and n:
+            why = _why_undefined(self.constant)
+            return Value(state="undefined", why=why,
+                         of=f"undefined in all {n} cells x seeds ({why}: a constant has no ranking)")
+        v = _mean_by_seed(self.by_seed)
+        if n and v.state == "ok":
+            v.of += f"; {n} more undefined ({_why_undefined(self.constant)})"
+        return v
+
+
 def _correlation_table(groups, rows, searched, where, ds, direction) -> Table:
     cols = [(LABEL_FREE, s) for s in SURROGATES]
     cells: dict = {}
     all_rows = [r for r in rows if r[1] in searched]
-    pooled: dict[str, dict[int, list[float]]] = {s: {} for s in SURROGATES}
+    pooled = {s: _Correlations() for s in SURROGATES}
     for r in all_rows:
         for s, higher in SURROGATES.items():
-            by_seed: dict[int, list[float]] = {}
+            corr = _Correlations()
             for key in (k for k in groups if k[:2] == r):
                 ok = [c for c in groups[key] if _ran(c, s) and _ran(c, "R1")]
                 if len(ok) < 3:
                     continue
-                rho = _spearman([float(c[s]) * (1 if higher else -1) for c in ok], [float(c["R1"]) for c in ok])
-                if not math.isnan(rho):
-                    by_seed.setdefault(key[4], []).append(rho)
-                    pooled[s].setdefault(key[4], []).append(rho)
-            cells[(r, (LABEL_FREE, s))] = _mean_by_seed(by_seed)
+                corr.add(key[4], [float(c[s]) * (1 if higher else -1) for c in ok], [float(c["R1"]) for c in ok])
+            pooled[s].extend(corr)
+            cells[(r, (LABEL_FREE, s))] = corr.value()
     out_rows = list(all_rows)
     if len({r[1] for r in all_rows}) > 1:
         every = (all_rows[0][0], "all searched methods")
         out_rows.append(every)
         for s in SURROGATES:
-            cells[(every, (LABEL_FREE, s))] = _mean_by_seed(pooled[s])
+            cells[(every, (LABEL_FREE, s))] = pooled[s].value()
     return Table("hp_selection_correlation", f"Spearman correlation of each label-free signal (signed: higher is "
                  f"better) with test R@1 across configurations, mean over cells and seeds: {where}", out_rows, cols,
                  cells, {"dataset": ds, "direction": direction}, 2, True)
@@ -241,9 +292,10 @@ def _ranking_tables(reached: Table, part: pd.DataFrame, where, ds, direction) ->
     return [Table("hp_selection_ranking", f"Ranking of the methods by R@1 reached under each protocol (1 = best), "
                   f"beside the paper's Table 1 over the same types ({n_paper} of its rows; MSRVTT, severity 5): "
                   f"{where}", rows, cols, cells, keys, 0, False),
+            # Kendall's tau against two references: rows of another kind than methods, so no column's best is marked
             Table("hp_selection_agreement", f"Agreement of each protocol's ranking with the paper's and the oracle's "
                   f"(Kendall tau over the methods, 1 = same order): {where}", agree_rows, reached.columns, agree,
-                  keys, 2, True)]
+                  keys, 2, True, compare_rows=False)]
 
 
 def paired_tables(tables: list[Table]) -> list[Table]:
