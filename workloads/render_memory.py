@@ -19,8 +19,8 @@ of all types ("clean" is the clean clips' row): an actor may get any row.
 How the constants were measured (benchmarks/long_video_memory.py --calibrate; figures, command and machine in
 docs/notes/2026-11-27-long-video-memory.md): `measure` runs render_video of one type's five severities in a fresh
 child process that first imports cv2 and torch (as RenderActor does) and reports its peak RSS (VmHWM, its own
-address space's); BASE_BYTES is the RSS after those imports; a type's PER_PIXEL is the largest (peak - base) /
-pixels over a 640x360 and a 1280x720 H.264 clip of 10 s, fitted as fixed + per_pixel x pixels through the two (H.264's
+address space's); BASE_BYTES is the RSS after those imports; a type's PER_PIXEL is the largest (peak - base) / pixels
+over a 640x360 and a 1280x720 H.264 clip of 10 s, fitted as fixed + per_pixel x pixels through the two (H.264's
 encoders subtracted first); the working set does not grow with length (the 60 s and 3-minute clips of the benchmark
 and tests/test_render_memory.py check it). MARGIN covers allocator slack and content. PER_FRAME bounds what does grow
 with length: H.264's packets at its highest rate (500 kbit/s at 30 fps: 2.1 KB per frame and severity, kept until

@@ -10,9 +10,10 @@ from typing import Any
 from rich.console import Console
 
 from orchestrator.planning.environment import checkpoint_paths, models_to_make
-from orchestrator.planning.plan import Plan
+from orchestrator.planning.plan import DatasetPlan, ModelPlan, Plan
 from orchestrator.planning.resources import Cluster, producer_share
 from workloads.datasets import create_dataset
+from workloads.finetune_memory import finetune_bytes
 
 
 def launch_models(plan: Plan, console: Console, cpus: int | None = None) -> dict[str, Any]:
@@ -29,6 +30,7 @@ def launch_models(plan: Plan, console: Console, cpus: int | None = None) -> dict
     # clip4clip is done, possibly while Ray Tune holds a trial actor
     cpus = 1 if gpus else max(1, min(cpus or int(ray.available_resources().get("CPU", 1)), most_cpus))
     task = ray.remote(num_cpus=cpus, num_gpus=gpus)(_finetune_task)
+    node_memory = int(max((n.get("Resources", {}).get("memory", 0) for n in ray.nodes() if n.get("Alive")), default=0))
     for backbone, source in models_to_make(plan):  # plan order: clip4clip before the X-Pool starting from it
         m, path = plan.models[(backbone, source)], plan.model_path(backbone, source)
         if str(path) in refs:
@@ -44,11 +46,39 @@ def launch_models(plan: Plan, console: Console, cpus: int | None = None) -> dict
             f"recipe {ft.recipe}, {ft.epochs or ft.published.epochs:g} epochs"
         console.print(f"{what} ({length}{', from ' + m.init_from[0] if m.init_from else ''}) ...")
         after = refs.get(parent) if parent else None   # a dependency: Ray starts this task when that one is done
-        # on a GPU the task holds one CPU plus one per DataLoader worker assembling its batches (FinetuneConfig.workers)
-        run = task.options(num_cpus=cpus + ft.workers) if gpus and ft.workers else task
+        # on a GPU the task holds one CPU plus one per DataLoader worker assembling its batches
+        # (FinetuneConfig.workers); it reserves its measured peak host memory, so Ray starts it only where that memory
+        # is free (at most what the largest node offers: more would wait forever)
+        memory = finetune_task_memory(plan, m, "cuda" if gpus else "cpu")
+        if memory > node_memory > 0:
+            console.print(f"  [yellow]the model of its peak host memory says {memory / 2**30:.1f} GiB, more than the "
+                          f"largest node gives Ray ({node_memory / 2**30:.1f} GiB): it reserves that, and may run "
+                          "out of memory (a smaller batch, or a node with more memory)[/]")
+            memory = node_memory
+        run = task.options(num_cpus=cpus + ft.workers if gpus else cpus, memory=memory)
         refs[str(path)] = run.remote(m.finetune, ds, dsp.root, dsp.options, dsp.version, str(plan.paths.models),
                                       init, "cuda" if gpus else "cpu", after)
     return refs
+
+
+def finetune_task_memory(plan: Plan, model: ModelPlan, device: str) -> int:
+    """Bytes the fine-tuning task of `model` reserves in Ray (`memory=`): its measured peak host memory on `device`
+    ("cpu" or "cuda"; workloads/finetune_memory.py `finetune_bytes`) for its config, model and train split. Ray
+    schedules by it, so a node runs the task only where that much memory is free; it is a reservation, not a
+    limit."""
+    return finetune_bytes(model.finetune, device, train_pairs(plan.datasets[model.train_dataset]))
+
+
+def train_pairs(dataset: DatasetPlan) -> int:
+    """(video, caption) pairs of a dataset's train split: a generated dataset's from its config (nothing is
+    generated), a real one's from its annotations; 0 where they cannot be read (the task then fails on them)."""
+    config = getattr(dataset.dataset, "config", None)
+    if config is not None and hasattr(config, "n_train"):
+        return int(config.n_train) * int(getattr(config, "captions_per_train_video", 1))
+    try:
+        return len(dataset.dataset.train_split().pairs)
+    except (OSError, ValueError, KeyError):
+        return 0
 
 
 def model_line(plan: Plan, path: str, record: dict[str, Any], seconds: float) -> str:

@@ -1,0 +1,73 @@
+"""benchmarks/dress_rehearsal.py end to end at a tiny size (issue #33 item 5): the real MSRVTT annotation files with
+two stand-in videos, two perturbation types on the render stage's Ray tasks, one ViT-B/32 trial (random init) on the
+CPU; every row of its tables holds a measured figure, the cost model's prediction and their ratio."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_dress_rehearsal_runs_and_sets_every_figure_beside_its_prediction(tmp_path):
+    out = tmp_path / "dress.md"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+           "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "dress_rehearsal.py"), "--videos", "2",
+                           "--types", "gaussian_noise,fog", "--severities", "1", "--trials", "1", "--frames", "4",
+                           "--seconds", "10-11", "--actors", "2", "--device", "cpu", "--methods", "source",
+                           "--annotations", str(REPO / "tests" / "data" / "annotations" / "MSRVTT"),
+                           "--dir", str(tmp_path / "work"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    text = out.read_text()
+    # the stand-ins are named as the first rows of the real test file and read by the msrvtt loader
+    videos = sorted(p.name for p in (tmp_path / "work" / "MSRVTT" / "videos").glob("*.mp4"))
+    assert videos == ["video9770.mp4", "video9771.mp4"], videos
+    tables = _tables(text)
+    assert set(tables) == {"types", "stream", "actors", "trials"}, list(tables)
+    types = tables["types"]
+    assert [r[0] for r in types] == ["gaussian_noise", "fog"]
+    for row in types:       # clips, failed, wall, CPU, clips/s measured, predicted, ratio, per CPU s, ratio
+        assert int(row[1]) == 2 and int(row[2]) == 0
+        _check_ratio(row[5], row[6], row[7])
+        _check_ratio(row[8], row[6], row[9])
+    (stream,) = tables["stream"]
+    _check_ratio(stream[3], stream[4], stream[5])
+    assert tables["actors"] and all(_number(r[3]) > 100 for r in tables["actors"])     # peak RSS MiB
+    for row in tables["actors"]:
+        _check_ratio(row[3], row[4], row[5])
+    (trial,) = tables["trials"]
+    assert trial[0] == "source gaussian_noise-1" and int(trial[1]) == 2
+    _check_ratio(trial[3], trial[4], trial[5])
+    _check_ratio(trial[6], trial[7], trial[8])
+
+
+def _number(cell: str) -> float:
+    return float(re.match(r"[\d,.]+", cell.strip()).group(0).replace(",", ""))
+
+
+def _check_ratio(measured: str, predicted: str, ratio: str) -> None:
+    m, p, r = _number(measured), _number(predicted), _number(ratio)
+    assert m > 0 and p > 0, (measured, predicted)
+    assert r == pytest.approx(m / p, rel=0.05, abs=0.01), (measured, predicted, ratio)
+
+
+def _tables(text: str) -> dict[str, list[list[str]]]:
+    """The markdown tables under each '### ' heading, by a short name, without their header rows."""
+    names = {"Rendering: clips per second": "types", "Rendering: the whole stream": "stream",
+             "Rendering: peak RSS": "actors", "Trials:": "trials"}
+    out, current = {}, None
+    for line in text.splitlines():
+        if line.startswith("### "):
+            current = next((v for k, v in names.items() if line[4:].startswith(k)), None)
+        elif current and line.startswith("|") and not line.startswith("|---"):
+            out.setdefault(current, []).append([c.strip() for c in line.strip("|").split("|")])
+    return {k: rows[1:] for k, rows in out.items()}
