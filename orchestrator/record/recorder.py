@@ -49,7 +49,7 @@ class LiveRecorder:
         else:
             line = f"[red]FAILED[/] {escape(str(result['error']))}"
         where = spec.dataset if spec.source_dataset in ("", spec.dataset) else f"{spec.source_dataset}->{spec.dataset}"
-        self.progress.console.print(f"  {where:12s} {spec.backbone:9s} {spec.method_label:12s} {spec.direction} "
+        self.progress.console.print(f"  {where:12s} {spec.backbone_label:9s} {spec.method_label:12s} {spec.direction} "
                                     f"{spec.cell:22s} {line}")
         self.progress.update(self.task, advance=1, failed=self.counts["failed"])
 
