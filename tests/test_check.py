@@ -250,6 +250,7 @@ def test_the_report_shows_clean_cells_beside_the_papers():
         {**base, "backbone": "xpool", "dataset": "msrvtt", "direction": "t2v", "status": "ok", "R1": 10.0,
          "n_queries": 1000, "row": "tent"},
     ])
+    df["backbone_label"] = df["backbone"]   # planned_rows' column: a backbone variant's name, else the backbone
     t = clean_table(df)
     assert [r[1] for r in t.rows] == ["in_domain: msrvtt t2v", "in_domain: msvd t2v", "in_domain: msrvtt v2t"]
     ours, paper, diff = t.columns

@@ -32,7 +32,7 @@ def rows(seeds=(0, 1), missing: tuple = (), tent: dict | None = None) -> pd.Data
     for seed in seeds:
         for pert, configs in (tent or TENT).items():
             base = {"scenario": "query_shift", "dataset": "synthetic", "direction": "v2t", "backbone": "clip4clip",
-                    "perturbation": pert, "severity": 5, "mix": "", "seed": seed}
+                    "backbone_label": "clip4clip", "perturbation": pert, "severity": 5, "mix": "", "seed": seed}
             out.append({**base, "row": "source", "method": "source", "config": "", "status": "ok",
                         "key": f"s{pert}{seed}", "R1": 15.0 + seed, "pred_entropy": 4.0, "source_R1": 90.0})
             for cfg, (r1, ent, src) in configs.items():

@@ -125,7 +125,8 @@ def test_table3_layout_groups_text_types_by_level():
             for pert, sev, r1 in (("clean", 0, 50.0), ("ocr", 7, 30.0), ("char_swap", 7, 20.0),
                                   ("word_swap", 2, 40.0)):
                 rows.append({"scenario": "query_shift", "status": "ok", "dataset": "synthetic", "direction": "t2v",
-                             "backbone": backbone, "row": method, "perturbation": pert, "severity": sev,
+                             "backbone": backbone, "backbone_label": backbone, "row": method,
+                             "perturbation": pert, "severity": sev,
                              "R1": r1 + (method == "tent"), "hub_skewness": 1.0})
     grid = load_grid_like(["clip4clip", "xpool"], ["source", "tent"])
     tables = QueryShift(None).tables(grid, pd.DataFrame(rows), table_order(grid), metric="R1")

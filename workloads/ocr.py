@@ -16,7 +16,13 @@ never reads a stale entry.
 Windows (TCD's window-OCR captioner): a clip of T sampled frames has T windows, one per frame; each window's words
 are that frame's words, repeats merged (first occurrence kept); the caption is "There are scene texts: w1 w2 in
 this frame." or, with no words, "There is no scene text in this frame." The paper reads every frame of a window; here
-the window is read on its sampled frame, the only one a perturbation renders (docs/faithfulness.md: TCD).
+the window is read on its sampled frame, the only one a perturbation renders (docs/faithfulness.md: TCD). In
+fine-tuning the windows are read at the train clips' own evenly spaced frames and each batch takes the windows of the
+frames it feeds the model (workloads/backbones/finetune.py `side_inputs`, `batch_side`).
+
+Options (`OCR_OPTIONS`): every OCR backbone takes `ocr` (false: no OCR is read, every window is the no-text caption)
+and `engine`. They are declared here, without torch, so that a plan knows which engines a grid's backbones read
+(`engine_of`) and its render stage writes their entries, without importing the backbones.
 """
 from __future__ import annotations
 
@@ -25,6 +31,8 @@ import re
 from typing import Callable, Sequence
 
 import numpy as np
+
+from workloads.options import Option
 
 NO_TEXT = "There is no scene text in this frame."
 # a word: at least two letters or digits (engines read single strokes of patterns and glyph fragments as 1-2 char
@@ -106,6 +114,31 @@ class RapidOcr(OcrEngine):
 
 ENGINES: dict[str, Callable[[], OcrEngine]] = {"tesseract": Tesseract, "rapidocr": RapidOcr}
 DEFAULT_ENGINE = "rapidocr"
+
+# the options of an OCR backbone (module docstring); a backbone registered with `ocr=True` takes them
+OCR_OPTIONS = {
+    "ocr": Option(bool, True, doc="read the OCR windows (false: TCD without OCR; no OCR is run for it)"),
+    "engine": Option(str, DEFAULT_ENGINE, choices=tuple(ENGINES), doc="the OCR engine (workloads/ocr.py)"),
+}
+
+
+def engine_of(options: dict) -> str | None:
+    """The engine an OCR backbone with these options reads (OCR_OPTIONS' defaults for the ones not given), or None
+    when it reads none (`ocr: false`)."""
+    if OCR_OPTIONS["ocr"].check("ocr", options.get("ocr"), "OCR backbone") is False:
+        return None
+    engine = options.get("engine")
+    return DEFAULT_ENGINE if engine is None else OCR_OPTIONS["engine"].check("engine", engine, "OCR backbone")
+
+
+@functools.cache
+def engine_version(name: str) -> str | None:
+    """The version string of engine `name` as it names its OCR entries, read without loading the engine or its
+    models (the plan checks which entries exist with it); None when the engine is not installed here."""
+    try:
+        return ENGINES[name]().version()
+    except Exception:   # PackageNotFoundError, ImportError, TesseractNotFoundError
+        return None
 
 
 def missing_reason(name: str = DEFAULT_ENGINE) -> str | None:

@@ -179,9 +179,12 @@ def render_video(video_path: str, keys: list[RenderKey], cache: RenderCache,
     sample, optical flow, ...) across perturbations and severities, each rendering written as soon as it is made.
     Never raises for a bad video or a failing perturbation: each key gets a status record {digest, status:
     ok|failed, error, faithful, fallback, seconds}.
-    `ocr`: an OCR engine (workloads/ocr.py): each key's frames are also read at their native resolution, before the
-    resize, into the key's OCR entry. `clips=False` writes only the OCR entries (the clips are there already)."""
+    `ocr`: an OCR engine (workloads/ocr.py), or a list of them: each key's frames are also read at their native
+    resolution, before the resize, into the key's OCR entry of each engine. `clips=False` writes only the OCR
+    entries (the clips are there already)."""
     out: list[dict[str, Any]] = []
+    if ocr is not None and not isinstance(ocr, (list, tuple)):
+        ocr = [ocr]
     groups: dict[int, list[RenderKey]] = {}
     for key in keys:  # keys of one video normally share the grid's frame count
         groups.setdefault(key.num_frames, []).append(key)
@@ -191,8 +194,8 @@ def render_video(video_path: str, keys: list[RenderKey], cache: RenderCache,
     return [by_digest[k.digest] for k in keys]
 
 
-def _render_group(video_path: str, keys: list[RenderKey], cache: RenderCache, assets: dict[str, Any], ocr=None,
-                  clips: bool = True) -> list[dict[str, Any]]:
+def _render_group(video_path: str, keys: list[RenderKey], cache: RenderCache, assets: dict[str, Any],
+                  ocr: list | None = None, clips: bool = True) -> list[dict[str, Any]]:
     from workloads.perturbations import video as vp
     from workloads.video_io import uniform_indices, video_fps
 
@@ -223,8 +226,8 @@ def _render_group(video_path: str, keys: list[RenderKey], cache: RenderCache, as
     decode_s = time.perf_counter() - t0
 
     def write(key: RenderKey, frames: np.ndarray, meta: dict[str, Any]) -> None:
-        if ocr is not None:
-            cache.write_ocr(key, ocr.version(), ocr.read_windows(frames))
+        for engine in ocr or ():
+            cache.write_ocr(key, engine.version(), engine.read_windows(frames))
         if clips:
             cache.write(key, resize_center_crop(frames, key.resolution), meta)
 

@@ -25,7 +25,8 @@ def cell_label(perturbation: str, severity: int) -> str:
 
 
 # field -> default of the fields added to TrialSpec after keys were first recorded (see TrialSpec.key)
-_ADDED_FIELDS = {"mix": "", "config": "", "stream_order": "", "source_pairs": 0}
+_ADDED_FIELDS = {"mix": "", "config": "", "stream_order": "", "source_pairs": 0, "backbone_options": "",
+                 "backbone_variant": ""}
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class TrialSpec:
                                  # "" = the grid's own configuration of the method
     stream_order: str = ""       # "" = the authors' order (annotation order); "shuffled" = permuted by `seed`
     source_pairs: int = 0        # clean source train pairs retrieved after adapting ("source accuracy"); 0 = none
+    backbone_options: str = ""   # the backbone's options that differ from its defaults (workloads/backbones
+                                 # `backbone_options`: TCD's ocr, engine, ...) as canonical JSON; "" = none
+    backbone_variant: str = ""   # the grid's name for a backbone variant (a table row); "" = the plain backbone
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -78,10 +82,23 @@ class TrialSpec:
                              f"at severity {self.severity}")
         # canonicalise options so equal dicts give equal keys
         object.__setattr__(self, "options", json.dumps(json.loads(self.options), sort_keys=True))
+        backbone_options = json.loads(self.backbone_options or "{}")
+        object.__setattr__(self, "backbone_options", json.dumps(backbone_options, sort_keys=True)
+                           if backbone_options else "")
 
     @property
     def method_options(self) -> dict[str, Any]:
         return json.loads(self.options)
+
+    @property
+    def backbone_kwargs(self) -> dict[str, Any]:
+        """The backbone's options (the head's constructor keywords), {} for the backbone as registered."""
+        return json.loads(self.backbone_options or "{}")
+
+    @property
+    def backbone_label(self) -> str:
+        """The backbone's name in tables, runs and checkpoints: the variant's name, else the backbone's."""
+        return self.backbone_variant or self.backbone
 
     @functools.cached_property   # a frozen spec's key never changes; the tables and the driver ask for it often
     def key(self) -> str:
@@ -111,7 +128,8 @@ class TrialSpec:
         """Human name of the trial: "synthetic v2t clip4clip tent gaussian_noise-3" (plus "from <source>" when the
         model was fine-tuned elsewhere)."""
         src = f" from {self.source_dataset}" if self.source_dataset not in ("", self.dataset) else ""
-        return f"{self.dataset}{src} {self.direction} {self.backbone} {self.method_label} {self.cell}{self.run_suffix}"
+        return (f"{self.dataset}{src} {self.direction} {self.backbone_label} {self.method_label} {self.cell}"
+                f"{self.run_suffix}")
 
     @property
     def run_suffix(self) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import platform
 import time
 import traceback
@@ -69,17 +70,26 @@ class TrialContext:
     threads: int | None = None              # torch intra-op threads (None: leave as is)
 
 
+def _base_model(backbone: str, clip_model: str, checkpoint: str | None, clip_only: bool,
+                options: str = "") -> VideoTextModel:
+    """The process's base model; trials get deep copies (adaptation mutates LayerNorms). `options`: the backbone's
+    (TrialSpec.backbone_options), over those a fine-tuned checkpoint of it records."""
+    return _cached_base_model(backbone, clip_model, checkpoint, clip_only, options or "")
+
+
 @functools.lru_cache(maxsize=2)
-def _base_model(backbone: str, clip_model: str, checkpoint: str | None, clip_only: bool) -> VideoTextModel:
-    # built once per process; trials get deep copies (adaptation mutates LayerNorms)
-    return create_backbone(backbone, clip_model, pretrained=checkpoint, clip_only=clip_only)
+def _cached_base_model(backbone: str, clip_model: str, checkpoint: str | None, clip_only: bool,
+                       options: str) -> VideoTextModel:
+    # built once per process, one entry whichever way a caller spells the arguments
+    return create_backbone(backbone, clip_model, pretrained=checkpoint, clip_only=clip_only,
+                           **json.loads(options or "{}"))
 
 
 def load_model(spec: TrialSpec, ctx: TrialContext) -> VideoTextModel:
     """A fresh copy of the process's base model: weights and buffers copied, the tokenizer shared. Adaptation
     never touches the tokenizer, and copying open_clip's (its BPE tables, ~10^6 dict entries) was most of the
     copy: 0.15 s of every trial against 0.01 s (docs/notes/2026-11-results-history.md §15)."""
-    base = _base_model(spec.backbone, spec.clip_model, ctx.checkpoint, ctx.clip_only)
+    base = _base_model(spec.backbone, spec.clip_model, ctx.checkpoint, ctx.clip_only, spec.backbone_options)
     return copy.deepcopy(base, {id(base.tokenizer): base.tokenizer}).to(ctx.device).eval()
 
 
@@ -157,7 +167,10 @@ def ensure_side_inputs(spec: TrialSpec, model: VideoTextModel, cache: RenderCach
                        cells: list[tuple[str, int]]) -> None:
     """Read what the backbone's video side needs besides frames for these clips, where the render stage has not:
     the OCR entries of an OCR backbone (workloads/ocr.py `ensure_ocr`: once per clip and cell, shared by every
-    trial through the render cache)."""
+    trial through the render cache). A fallback: the render stage writes the entries of every engine the grid's
+    backbones read (orchestrator/planning/render_sets.py), so in a submission this finds them all and reads
+    nothing; it runs OCR for a cache filled without them (a trial run outside a grid, an engine that could not run
+    in the render workers: then it fails with why). TCD with `ocr: false` reads none."""
     if "ocr" not in model.video_inputs:
         return
     from workloads.ocr import ensure_ocr, get_engine
@@ -206,10 +219,12 @@ def _read_clip(cache: RenderCache, key: RenderKey) -> np.ndarray:
 
 
 def _model_key(spec: TrialSpec) -> dict[str, Any]:
-    """What features of the unadapted model depend on besides their inputs (part of every feature cache key)."""
+    """What features of the unadapted model depend on besides their inputs (part of every feature cache key). The
+    backbone's options only where it has some, so the galleries of a backbone as registered keep their keys."""
     return {"model": spec.model_version, "backbone": spec.backbone, "clip": spec.clip_model, "data": spec.data_version,
             "dataset": spec.dataset, "frames": spec.num_frames, "res": spec.resolution, "precision": spec.precision,
-            "trial": TRIAL_VERSION, "render": RENDER_VERSION}
+            "trial": TRIAL_VERSION, "render": RENDER_VERSION,
+            **({"backbone_options": spec.backbone_options} if spec.backbone_options else {})}
 
 
 def _autocast(spec: TrialSpec, ctx: TrialContext):

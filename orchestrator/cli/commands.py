@@ -4,6 +4,7 @@ or open an MLflow store send those libraries' output to results/<grid>/logs/ (or
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections import Counter
 import os
@@ -121,10 +122,18 @@ def cmd_plan(args) -> int:
         console.print(f"[yellow]{escape(line)}[/]")
     print_plan(plan, status, todo, console, verbose=args.verbose)
     by = Counter((t.scenario, t.dataset if t.source_dataset in ("", t.dataset) else f"{t.source_dataset}->{t.dataset}",
-                  t.direction, t.backbone) for t in plan.trials)
-    for (scenario, where, d, b), n in by.items():
-        console.print(f"  {scenario:14s} {where:26s} {d} {b:10s} {n} trials")
+                  t.direction, t.backbone_label, _backbone_config(t)) for t in plan.trials)
+    for (scenario, where, d, b, config), n in by.items():
+        console.print(escape(f"  {scenario:14s} {where:26s} {d} {b:10s} {n} trials{config}"))
     return 0
+
+
+def _backbone_config(t) -> str:
+    """What a `plan` line adds for a backbone with options: " (tcd: ocr=false)"; "" for one as registered."""
+    options = t.backbone_kwargs
+    if not options:
+        return ""
+    return f" ({t.backbone}: {', '.join(f'{k}={json.dumps(v)}' for k, v in options.items())})"
 
 
 def cmd_check(args) -> int:

@@ -2,11 +2,14 @@
 
 Every key is checked: unknown keys, wrong types and unknown names (datasets, backbones, methods, perturbations)
 fail with one line naming the key, the bad value and the allowed values (docs/grid_reference.md lists every key).
-Names are read from the registries without importing their entries, so loading a grid never imports torch.
+Names are read from the registries without importing their entries, so loading a grid imports no torch; only a
+grid that gives options (method_options, variants, backbone_options, backbone_variants) imports the entries whose
+declared options check them.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from pathlib import Path
@@ -20,10 +23,12 @@ from orchestrator.config.scenarios import SCENARIOS
 from orchestrator.config.schema import AssetsSpec, GridSpec, build
 from orchestrator.config.search import check_search, check_seeds
 from orchestrator.config.shipped import grid_name_problem
+from workloads.backbones import backbone_options
 from workloads.backbones.configs import known_models, model_config, project_models, weights_file_problem
 from workloads.datasets import DATASETS
 from workloads.datasets.base import DatasetError
 from workloads.methods import METHODS
+from workloads.options import OptionError
 
 
 def scenario_classes() -> dict[str, type]:
@@ -100,7 +105,7 @@ def validate(grid: GridSpec) -> GridSpec:
     if problem:
         raise GridError(f"name: {grid.name!r}: {problem}")
     check_names("datasets", list(grid.datasets), known_datasets(), "dataset")
-    check_names("backbones", grid.backbones, known_backbones(), "backbone")
+    _check_backbones(grid)
     methods = known_methods()
     for name, v in grid.variants.items():
         if name in methods:
@@ -178,6 +183,49 @@ def validate(grid: GridSpec) -> GridSpec:
     if (a.adain_vgg is None) != (a.adain_decoder is None):
         raise GridError("assets: give both adain_vgg and adain_decoder (the AdaIN encoder and decoder) or neither")
     return grid
+
+
+def _check_backbones(grid: GridSpec) -> None:
+    """`backbones` names registered backbones and backbone variants, each configuration once; every variant and
+    every entry of `backbone_options` is checked against the backbone's declared Options."""
+    backbones = known_backbones()
+    for name, v in grid.backbone_variants.items():
+        if name in backbones:
+            raise GridError(f"backbone_variants.{name}: a variant cannot take a backbone's name (its rows would read "
+                            f"as the plain backbone); name it e.g. {name}_variant; backbones: {', '.join(backbones)}")
+        check_choice(f"backbone_variants.{name}.backbone", v.backbone, backbones)
+    what = "backbone or backbone variant" if grid.backbone_variants else "backbone"
+    check_names("backbones", grid.backbones, backbones + list(grid.backbone_variants), what)
+    for name in grid.backbone_variants:
+        if name not in grid.backbones:
+            raise GridError(f"backbone_variants.{name}: not listed in backbones; add it there to run it")
+    for b in grid.backbone_options:
+        if b not in grid.backbones or b in grid.backbone_variants:
+            raise GridError(f"backbone_options.{b}: not a backbone of this grid (backbone variants carry their own "
+                            f"options); grid backbones: {', '.join(grid.backbones)}")
+    seen: dict[tuple[str, str], str] = {}
+    for entry in grid.backbones:
+        name, options, _ = backbone_entry(grid, entry)
+        same = seen.setdefault((name, json.dumps(options, sort_keys=True)), entry)
+        if same != entry:
+            raise GridError(f"backbones: {same!r} and {entry!r} are the same configuration ({name} with "
+                            f"{json.dumps(options) if options else 'its default options'}); drop one, or give one "
+                            f"other options")
+
+
+def backbone_entry(grid: GridSpec, entry: str) -> tuple[str, dict[str, Any], str]:
+    """(registered backbone, canonical options, variant label or "") of one `backbones:` entry: a variant's backbone
+    and options, else the backbone with its `backbone_options` (workloads/backbones `backbone_options`: checked,
+    without the ones at their default). GridError naming the key for an option the backbone does not take."""
+    if entry in grid.backbone_variants:
+        v = grid.backbone_variants[entry]
+        name, options, where, label = v.backbone, v.options, f"backbone_variants.{entry}.options", entry
+    else:
+        name, options, where, label = entry, grid.backbone_options.get(entry, {}), f"backbone_options.{entry}", ""
+    try:
+        return name, backbone_options(name, options), label
+    except OptionError as err:
+        raise GridError(f"{where}: {err}") from None
 
 
 def _check_method_options(where: str, method: str, options: dict[str, Any], faithful: bool) -> None:

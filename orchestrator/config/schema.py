@@ -104,6 +104,13 @@ class VariantSpec:
     faithful: bool | None = None             # None: the grid's `faithful`
 
 
+@dataclass
+class BackboneVariantSpec:
+    """A named variant of a backbone (a table row of its own, beside the backbone): the backbone and its options."""
+    backbone: str                            # the registered backbone it varies
+    options: dict[str, Any] = field(default_factory=dict)   # its options (as backbone_options)
+
+
 SEARCH_ALGORITHMS = ("grid", "random", "tpe")
 # the label-free signals a search can optimise (TPE) and the selection protocols pick by: trial metric -> whether
 # higher is better (orchestrator/config/search.py says what each is; workloads/selection.py computes them)
@@ -160,7 +167,7 @@ class RuntimeSpec:
 class GridSpec:
     name: str                                # results go to results/<name>/, MLflow experiment mlvp/<name>
     datasets: dict[str, DatasetEntry]        # every dataset the grid uses, by registered name
-    backbones: list[str]                     # registered backbones (pooling heads): clip4clip, xpool, ...
+    backbones: list[str]                     # registered backbones (clip4clip, xpool, ...) and backbone variants
     methods: list[str]                       # registered methods and variant names: the tables' rows
     description: str = ""                    # free text
     seed: int = opt(0, min=0)                # perturbation draws and every random choice of a method
@@ -171,6 +178,12 @@ class GridSpec:
     # per-method options (every method: lr, weight_decay, temperature; plus its own, checked when the grid loads)
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     variants: dict[str, VariantSpec] = field(default_factory=dict)   # named method variants: ablation rows
+    # per-backbone options (the Options its head declares: TCD's ocr, engine, cycle_weight, ...; checked when the
+    # grid loads); they reach its fine-tune, its galleries and its trials' keys
+    backbone_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # named backbone variants, listed in `backbones` by name: a backbone again with other options (TCD without OCR
+    # beside TCD), a row of its own in every table
+    backbone_variants: dict[str, BackboneVariantSpec] = field(default_factory=dict)
     models: ModelsSpec = field(default_factory=ModelsSpec)           # CLIP weights, checkpoints, fine-tuning
     assets: AssetsSpec = field(default_factory=AssetsSpec)           # perturbation assets (local paths)
     runtime: RuntimeSpec = field(default_factory=RuntimeSpec)        # trial and scheduling knobs

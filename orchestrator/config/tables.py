@@ -171,7 +171,7 @@ def difference(a: Value, b: Value) -> Value:
                                **_carry([a, b], lambda xs: xs[0] - xs[1])))
 
 
-Row = tuple[str, str]        # (backbone, method row)
+Row = tuple[str, str]        # (backbone as the grid names it: a variant's label, else the backbone; method row)
 Column = tuple[str, str]     # (group: a level, a setting or "", column name)
 
 
@@ -219,8 +219,9 @@ class TableOrder:
     levels: dict[str, dict[str, str]] = field(default_factory=dict)     # direction -> perturbation -> level
 
     def rows(self, part: pd.DataFrame) -> list[Row]:
-        """The (backbone, method row) pairs of `part`, in the grid's order with Source first."""
-        present = set(zip(part["backbone"], part["row"])) if len(part) else set()
+        """The (backbone, method row) pairs of `part`, in the grid's order with Source first (a backbone as the grid
+        names it: the `backbone_label` column, a backbone variant's label or the backbone)."""
+        present = set(zip(part["backbone_label"], part["row"])) if len(part) else set()
         methods = sorted(self.methods, key=lambda m: m != "source")
         return [(b, m) for b in self.backbones for m in methods if (b, m) in present]
 

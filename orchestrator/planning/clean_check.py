@@ -28,12 +28,20 @@ class PaperRow:
 
 @dataclass
 class CheckCase:
-    backbone: str
+    backbone: str                  # as the grid names it: a backbone, or a backbone variant's label
     source: str                    # dataset the checkpoint was fine-tuned on, or PRETRAINED
     dataset: str
     specs: dict[str, TrialSpec]    # direction -> the clean source trial
     results: dict[str, dict[str, Any]] = field(default_factory=dict)   # direction -> ledger entry / TrialResult
     reused: dict[str, bool] = field(default_factory=dict)
+    registered: str = ""           # the registered backbone of a variant ("" = `backbone`): what papers publish for
+
+    @property
+    def paper_backbone(self) -> str | None:
+        """The backbone the published rows are for; None for a variant with options (no paper ran that model)."""
+        if self.registered and self.registered != self.backbone:
+            return None
+        return self.backbone
 
     @property
     def setting(self) -> str:
@@ -85,12 +93,12 @@ def check_cases(plan: Plan) -> list[CheckCase]:
     in each direction: the first trial of the case with the cell, method and options replaced."""
     cases: dict[tuple[str, str, str], CheckCase] = {}
     for t in plan.trials:
-        key = (t.backbone, t.source_dataset or t.dataset, t.dataset)
+        key = (t.backbone_label, t.source_dataset or t.dataset, t.dataset)
         if key in cases:
             continue
         specs = {d: replace(t, direction=d, perturbation=CLEAN, severity=0, method="source", options="{}",
                             render_assets="", variant="", mix="", faithful=plan.grid.faithful) for d in DIRECTIONS}
-        cases[key] = CheckCase(*key, specs)
+        cases[key] = CheckCase(*key, specs, registered=t.backbone)
     return list(cases.values())
 
 
@@ -99,22 +107,25 @@ def paper_rows(case: CheckCase, direction: str) -> list[PaperRow]:
     what the CLIP4Clip and X-Pool papers publish for the backbone on the dataset in this direction (workloads/paper.py
     `IN_DOMAIN`, each with its protocol's query and gallery counts) and the v2t upper bound HAT-VTR's text implies.
     The zero-shot CLIP rows are CLIP with mean pooling: compared with clip4clip only (an identity-initialised X-Pool
-    head is not that model)."""
+    head is not that model). A backbone variant has none: no paper ran it with its options."""
+    backbone = case.paper_backbone
+    if backbone is None:
+        return []
     if case.setting == "zero_shot":
-        if case.backbone != "clip4clip":
+        if backbone != "clip4clip":
             return []
         found = paper.clean_results(case.dataset, direction, "clip", "zero_shot")
     else:
-        found = paper.clean_results(case.dataset, direction, case.backbone, case.setting, source=case.source)
+        found = paper.clean_results(case.dataset, direction, backbone, case.setting, source=case.source)
         if case.setting == "in_domain":   # every published split (MSRVTT-9k and -7k): the nearest is compared
             found += [r for r in paper.IN_DOMAIN
-                      if (r.backbone, r.dataset, r.direction) == (case.backbone, case.dataset, direction)]
+                      if (r.backbone, r.dataset, r.direction) == (backbone, case.dataset, direction)]
     rows = []
     for r in found:
         queries, gallery = paper.protocol(r)
         where = r.table + (f" ({r.note})" if r.note else "")
         rows.append(PaperRow(r.r1, r.r5, r.r10, where, queries, gallery=gallery))
-    bound = paper.IN_DOMAIN_UPPER_BOUNDS.get((case.dataset, direction, case.backbone)) \
+    bound = paper.IN_DOMAIN_UPPER_BOUNDS.get((case.dataset, direction, backbone)) \
         if case.setting == "in_domain" else None
     if bound is not None:
         rows.append(PaperRow(bound[0], None, None, bound[1], paper.N_QUERIES.get(case.dataset), bound=True))

@@ -86,6 +86,10 @@ class CostModel:
     render_s_per_pixel_frame: float = _figure(
         _RENDER_SLOPE, "CPU s of one rendering per source width x height x frame: the same fit (a slower CPU: "
         "machine B took 1.8x as long, history §3)")
+    ocr_s_per_frame: float = _figure(
+        0.063, "CPU s for an OCR engine to read one frame of a clip (the render stage, per engine a grid's OCR "
+        "backbones read): rapidocr on a clean 128 px scene-text frame, one thread, a loaded 2-core AMD EPYC "
+        "(docs/notes/2026-11-27-ocr-engines.md; an upper figure: 11-58 ms on perturbed frames, tesseract 250-1800)")
     text_s_per_caption: float = _figure(
         0.002, "CPU s to perturb one caption of a text set: character and word level (history §8 measured less; "
         "sentence-level types with their models cost more); an upper figure, not a measurement")
@@ -273,9 +277,13 @@ class PlanCosts:
 
     def render_set_seconds(self, render_set: tuple[str, str, int]) -> float | None:
         """CPU seconds of one render set: its dataset's clips at every seed of the grid (`Plan.seeds`) x one rendering
-        each."""
+        each, and the OCR of each of its frames per engine the grid's OCR backbones read (`Plan.ocr_engines`)."""
         n = self.counts.get(render_set[0])
-        return None if n is None else n * len(self.plan.seeds) * self.rendering_seconds(render_set[0])
+        if n is None:
+            return None
+        ocr = len(self.plan.ocr_engines.get(render_set[0], ())) * self.plan.grid.runtime.num_frames \
+            * self.cost.ocr_s_per_frame
+        return n * len(self.plan.seeds) * (self.rendering_seconds(render_set[0]) + ocr)
 
     def trial_gpu_seconds(self, spec: TrialSpec) -> float | None:
         n = self.counts.get(spec.dataset)

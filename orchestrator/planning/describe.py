@@ -40,6 +40,10 @@ def sizing_lines(plan: Plan, cost: CostModel | None = None, todo: list | None = 
         clips = (clips + "; " if known else "clips to render: ") + \
             f"unknown for {', '.join(unknown)} (annotations not on disk)"
     lines.append(clips)
+    engines = list(dict.fromkeys(e for es in plan.ocr_engines.values() for e in es))
+    if engines:
+        lines.append(f"OCR entries: {', '.join(engines)} (read by the render stage on every clip of the render sets "
+                     f"at its source resolution, for the OCR backbones: workloads/ocr.py)")
     if plan.missing:
         lines.append(f"not on disk ({len(plan.missing)}; `plan` sizes the grid anyway, `submit` needs them):")
         lines.extend(f"  missing {m.line()}" for m in plan.missing)

@@ -17,7 +17,8 @@ class TrialEnvironment:
     render_cache: str
     gallery_cache: str
     scores_dir: str | None
-    checkpoints: dict[str, dict[str, Any]]      # "backbone|source" -> {"path": file, "clip_only": bool}
+    # "backbone|source" -> {"path": file, "clip_only": bool}; backbone as the grid names it (a variant's label)
+    checkpoints: dict[str, dict[str, Any]]
     datasets: dict[str, dict[str, Any]]         # dataset -> {"root": ..., "options": {...}}
     use_gpu: bool
     threads: int
@@ -28,7 +29,7 @@ class TrialEnvironment:
 
         ds = self.datasets[spec.dataset]
         source = self.datasets.get(spec.source_dataset) if spec.source_dataset not in ("", spec.dataset) else None
-        model = self.checkpoints[f"{spec.backbone}|{spec.source_dataset or spec.dataset}"]
+        model = self.checkpoints[f"{spec.backbone_label}|{spec.source_dataset or spec.dataset}"]
         return TrialContext(render_cache=self.render_cache, gallery_cache=self.gallery_cache,
                             checkpoint=model["path"], clip_only=model["clip_only"], dataset_root=ds["root"],
                             dataset_options=ds["options"], scores_dir=self.scores_dir,

@@ -15,18 +15,19 @@ from pathlib import Path
 
 from orchestrator.config.assets import needs_stand_in
 from orchestrator.config.errors import GridError, MissingPath
-from orchestrator.config.grid import load_grid
+from orchestrator.config.grid import backbone_entry, load_grid
 from orchestrator.config.scenarios.base import PRETRAINED
 from orchestrator.config.schema import GridSpec
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.search import SearchedConfig, recorded_tpe_trials, sampled_configs, searched_count
 from orchestrator.planning.versions import TextSetJob, asset_version, file_version, text_assets_version
-from workloads.backbones import model_config
+from workloads.backbones import model_config, ocr_engine
 from workloads.backbones.finetune_config import FinetuneConfig, checkpoint_path
 from workloads.datasets import create_dataset, missing_video_report
 from workloads.datasets.synthetic import is_complete
 from workloads.methods import METHODS
 from workloads.mixing import Mix
+from workloads.ocr import engine_version, missing_reason
 from workloads.perturbations.video import get as perturbation_info
 from workloads.seeding import digest
 from workloads.spec import CLEAN, TrialSpec
@@ -88,7 +89,7 @@ class ModelPlan:
     """One checkpoint: given as a file, fine-tuned here on a source dataset, or (zero-shot) CLIP weights never
     fine-tuned for retrieval: a given CLIP file or an image-text model pretrained here."""
 
-    backbone: str
+    backbone: str                 # the registered backbone ("clip": the zero-shot CLIP)
     dataset: str                  # the source it stands for: a dataset name, or PRETRAINED
     clip_model: str
     given_path: str | None
@@ -97,6 +98,12 @@ class ModelPlan:
     init_from: tuple[str, str] | None = None   # (backbone, dataset) of the model whose CLIP it starts from
     version: str = ""
     clip_only: bool = False       # only its CLIP weights are used; the pooling head starts at its initialisation
+    label: str = ""               # the grid's name of it: a backbone variant's ("" = `backbone`)
+
+    @property
+    def name(self) -> str:
+        """How the plan and its output name it: the variant's label, else the backbone."""
+        return self.label or self.backbone
 
     def path(self, paths: Paths, data_version: str) -> Path:
         if self.given_path:
@@ -114,20 +121,24 @@ class Plan:
     grid: GridSpec
     paths: Paths
     datasets: dict[str, DatasetPlan]          # targets, fine-tuning sources and the pretraining data
-    models: dict[tuple[str, str], ModelPlan]   # (backbone, source dataset or PRETRAINED) -> checkpoint
+    # (backbone as the grid names it: a variant's label, source dataset or PRETRAINED) -> checkpoint
+    models: dict[tuple[str, str], ModelPlan]
     trials: list[TrialSpec]
     # target dataset -> ordered (perturbation, severity) video renders needed (clean included when any trial needs it)
     renders: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     resolution: int = 0
     # (dataset, perturbation) -> version of the assets it renders with ("" for none): part of render/trial keys
     render_assets: dict[tuple[str, str], str] = field(default_factory=dict)
-    # dataset -> (backbone whose checkpoint embeds distractors or None for zero-shot weights, version, kind)
+    # dataset -> (backbone (grid name) whose checkpoint embeds distractors or None for zero-shot weights, version, kind)
     embedders: dict[str, tuple[str | None, str, str]] = field(default_factory=dict)
     text_sets: list = field(default_factory=list)     # orchestrator.planning.versions.TextSetJob, one per t2v text cell
     notes: list[str] = field(default_factory=list)    # what the grid asks for that will not run here, and why
     # sizing without the data (`plan`, `submit --dry-run`): the paths the grid names that are not on disk; None when
     # the plan was built for a run (every path checked by the grid)
     missing: list[MissingPath] | None = None
+    # target dataset -> the OCR engines whose entries its render sets need (the grid's OCR backbones': TCD with
+    # `ocr: true`), written by the render stage beside the clips (workloads/render_cache.py `render_video(ocr=...)`)
+    ocr_engines: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def seeds(self) -> list[int]:
@@ -144,9 +155,10 @@ class Plan:
 
     def gallery_encodings(self) -> list[tuple]:
         """The distinct gallery encodings the trials need: (backbone, model version, dataset, direction, frames,
-        resolution, precision), the fields of workloads/trial.py encode_gallery's cache key that vary in a plan."""
+        resolution, precision, backbone options), the fields of workloads/trial.py encode_gallery's cache key that
+        vary in a plan."""
         return list(dict.fromkeys((t.backbone, t.model_version, t.dataset, t.direction, t.num_frames, t.resolution,
-                                   t.precision) for t in self.trials))
+                                   t.precision, t.backbone_options) for t in self.trials))
 
     def model_path(self, backbone: str, source: str) -> Path:
         m = self.models[(backbone, source)]
@@ -190,18 +202,20 @@ def _plan_models(grid: GridSpec, datasets: dict[str, DatasetPlan], sources: list
     base_init = file_version(m.pretrained) if m.pretrained else ""
     models: dict[tuple[str, str], ModelPlan] = {}
     pretrained_model: ModelPlan | None = None
-    # clip4clip first: an X-Pool fine-tune may start from it
-    for backbone in sorted(grid.backbones, key=lambda b: b != "clip4clip"):
+    # keyed by the grid's name of the backbone (a variant's label): each configuration its own checkpoint, whose key
+    # holds its options (FinetuneConfig.pooling_kwargs); clip4clip first: an X-Pool fine-tune may start from it
+    for entry in sorted(grid.backbones, key=lambda b: b != "clip4clip"):
+        backbone, options, label = backbone_entry(grid, entry)
         for src in sources:
             if src == PRETRAINED:
                 if pretrained_model is None:
                     pretrained_model = _pretrained_model(grid, datasets, paths)
-                models[(backbone, src)] = pretrained_model
+                models[(entry, src)] = pretrained_model
                 continue
-            given = m.checkpoints.get(backbone, {}).get(src)
+            given = m.checkpoints.get(entry, {}).get(src)
             if given:
-                models[(backbone, src)] = ModelPlan(backbone, src, m.clip_model, given, None,
-                                                    version=file_version(given))
+                models[(entry, src)] = ModelPlan(backbone, src, m.clip_model, given, None,
+                                                 version=file_version(given), label=label)
                 continue
             init, init_from, steps = base_init, None, ft.steps
             # the quick recipe's shortcut; a published trainer starts both backbones from CLIP
@@ -214,10 +228,25 @@ def _plan_models(grid: GridSpec, datasets: dict[str, DatasetPlan], sources: list
                                  batch_size=ft.batch_size, lr=ft.lr, weight_decay=ft.weight_decay,
                                  train_frames=ft.train_frames, frames_per_clip=ft.frames_per_clip,
                                  eval_frames=grid.runtime.num_frames, precision=ft.precision, seed=grid.seed,
-                                 recipe=ft.recipe, epochs=ft.epochs, workers=ft.workers)
-            models[(backbone, src)] = ModelPlan(backbone, src, m.clip_model, None, cfg, src, init_from,
-                                                version="ft:" + cfg.key(src, datasets[src].version))
+                                 pooling_kwargs=dict(options), recipe=ft.recipe, epochs=ft.epochs,
+                                 workers=ft.workers)
+            models[(entry, src)] = ModelPlan(backbone, src, m.clip_model, None, cfg, src, init_from,
+                                             version="ft:" + cfg.key(src, datasets[src].version), label=label)
     return models
+
+
+def _ocr_engines(grid: GridSpec, renders: dict[str, list]) -> dict[str, list[str]]:
+    """Target dataset -> the OCR engines the grid's backbones read there (every backbone runs every cell, so every
+    render set of a dataset needs each engine's entries); none for a grid without an OCR backbone or with OCR off."""
+    engines = list(dict.fromkeys(e for e in (ocr_engine(*backbone_entry(grid, b)[:2]) for b in grid.backbones) if e))
+    return {ds: list(engines) for ds in renders} if engines else {}
+
+
+def ocr_notes(plan_engines: dict[str, list[str]]) -> list[str]:
+    """One note per OCR engine the grid reads that cannot run here (its trials would fail)."""
+    engines = dict.fromkeys(e for es in plan_engines.values() for e in es)
+    return [f"OCR engine {e!r} cannot run here ({missing_reason(e)}): the render stage writes no OCR entries with "
+            f"it and the trials of the backbones reading it fail" for e in engines if engine_version(e) is None]
 
 
 def _pretrained_model(grid: GridSpec, datasets: dict[str, DatasetPlan], paths: Paths) -> ModelPlan:
@@ -294,14 +323,15 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
                                  if render_assets.get((cell.dataset, p))}, sort_keys=True)
         else:
             assets = render_assets.get((cell.dataset, cell.perturbation), "")
-        for backbone in grid.backbones:
-            model = models[(backbone, cell.source)]
+        for named in grid.backbones:   # a backbone, or a backbone variant's name
+            backbone, backbone_options, backbone_variant = backbone_entry(grid, named)
+            model = models[(named, cell.source)]
             if cell.direction == "t2v" and cell.mix:     # each (type, severity) the mix draws: its text set
-                versions = {p: _text_set(grid, cell.dataset, p, sev, (backbone, cell.source), model, datasets,
+                versions = {p: _text_set(grid, cell.dataset, p, sev, (named, cell.source), model, datasets,
                                          text_sets, seed) for p, sev in Mix.from_json(cell.mix).cells()}
                 assets = json.dumps(versions, sort_keys=True)
             elif cell.direction == "t2v" and cell.perturbation != CLEAN:
-                assets = _text_set(grid, cell.dataset, cell.perturbation, cell.severity, (backbone, cell.source),
+                assets = _text_set(grid, cell.dataset, cell.perturbation, cell.severity, (named, cell.source),
                                    model, datasets, text_sets, seed)
             for entry in grid.methods:
                 method, options, faithful, variant = _method_entry(grid, entry)
@@ -314,11 +344,15 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
                         batch_size=rt.batch_size, steps=config.steps or rt.steps, num_frames=rt.num_frames,
                         resolution=resolution, precision=rt.precision, hub_k=rt.hub_k,
                         options=json.dumps({**options, **config.options}), render_assets=assets, variant=variant,
-                        mix=cell.mix, config=config.name, stream_order=stream_order, source_pairs=source_pairs))
+                        mix=cell.mix, config=config.name, stream_order=stream_order, source_pairs=source_pairs,
+                        backbone_options=json.dumps(backbone_options) if backbone_options else "",
+                        backbone_variant=backbone_variant))
+    ocr = _ocr_engines(grid, renders)
     notes = [line for scenario in grid.scenarios.values() for line in scenario.notes(grid)]
     notes += source_stage_notes(grid, datasets, [cell for _, cell in cells])
+    notes += ocr_notes(ocr)
     plan = Plan(grid, paths, datasets, models, trials, renders, resolution, render_assets, embedders,
-                list(text_sets.values()), notes, missing)
+                list(text_sets.values()), notes, missing, ocr_engines=ocr)
     plan.trials.extend(recorded_tpe_trials(plan))   # configurations TPE proposed in earlier submissions
     if missing is not None:   # sizing (`plan`, `submit --dry-run`): what submit would refuse, said up front
         plan.notes.extend(f"submit will refuse this grid: {p}" for p in hub_k_problems(plan))

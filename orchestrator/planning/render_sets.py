@@ -11,6 +11,7 @@ from typing import Any, Iterator
 from orchestrator.planning.cost_model import PlanCosts
 from orchestrator.planning.plan import Plan
 from workloads.mixing import Mix
+from workloads.ocr import engine_version
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
 from workloads.spec import CLEAN, TrialSpec
 
@@ -60,23 +61,47 @@ def render_keys_of_set(plan: Plan, dataset: str, perturbation: str, severity: in
             for seed in plan.seeds for vid in dict.fromkeys(p.video_id for p in ds.test.pairs))
 
 
+def ocr_versions(plan: Plan, dataset: str) -> dict[str, str]:
+    """Engine -> version of the OCR engines whose entries the dataset's render sets need (`Plan.ocr_engines`), those
+    that can run here (the plan notes the others)."""
+    return {e: v for e in plan.ocr_engines.get(dataset, ()) if (v := engine_version(e)) is not None}
+
+
+def render_request(cache: RenderCache, key: RenderKey, ocr: dict[str, str]) -> list | None:
+    """What one clip of a render set still needs, as a request of a render row: [perturbation, severity, assets
+    version, seed] when its clip is not in the cache, followed by [engines, clip needed] when OCR entries of the
+    `ocr` engines (name -> version) are missing; None when the cache has everything."""
+    try:
+        cache.probe(key)
+        clip = False
+    except (CacheMiss, CacheCorrupt):
+        clip = True
+    engines = [e for e, version in ocr.items() if not cache.ocr_path(key, version).is_file()]
+    if not clip and not engines:
+        return None
+    request = [key.perturbation, key.severity, key.assets, key.seed]
+    return request + [engines, clip] if engines else request
+
+
 def plan_render_rows(plan: Plan, cache: RenderCache, video_assets: dict[str, dict[str, dict]] | None = None
                      ) -> tuple[list[dict[str, Any]], int]:
-    """One row per source video with the clips of it that are not in the cache yet; returns (rows, reused)."""
+    """One row per source video with the clips (and OCR entries) of it that are not in the cache yet; returns (rows,
+    reused)."""
     rows, reused = [], 0
     for ds_name in plan.renders:
         seen: set[str] = set()
+        ocr = ocr_versions(plan, ds_name)
         for pair in plan.datasets[ds_name].test.pairs:
             if pair.video_id in seen:   # a video with several test captions (MSVD captions: all) renders once
                 continue
             seen.add(pair.video_id)
             todo = []
             for key in render_keys(plan, ds_name, pair.video_id):
-                try:
-                    cache.probe(key)
+                request = render_request(cache, key, ocr)
+                if request is None:
                     reused += 1
-                except (CacheMiss, CacheCorrupt):
-                    todo.append([key.perturbation, key.severity, key.assets, key.seed])
+                else:
+                    todo.append(request)
             if todo:
                 extra = (video_assets or {}).get(ds_name, {}).get(pair.video_id, {})
                 rows.append({"dataset": ds_name, "data_version": plan.datasets[ds_name].version,
@@ -130,8 +155,8 @@ def plan_set_rows(plan: Plan, cache: RenderCache, sets: list[RenderSet],
                   video_assets: dict[str, dict[str, dict]] | None = None
                   ) -> tuple[list[dict[str, Any]], dict[RenderSet, int], int]:
     """Rows for `sets` in their order, grouped by (dataset, perturbation) (a group starts where its first set is):
-    one row per video x group with the group's clips not cached yet. Returns (rows, clips to render per set,
-    clips reused)."""
+    one row per video x group with the group's clips (or their OCR entries: `Plan.ocr_engines`) not cached yet.
+    Returns (rows, clips to render per set, clips reused)."""
     groups: dict[tuple[str, str], list[int]] = {}
     for d, p, s in sets:
         groups.setdefault((d, p), []).append(s)
@@ -140,16 +165,17 @@ def plan_set_rows(plan: Plan, cache: RenderCache, sets: list[RenderSet],
     for (d, p), severities in groups.items():
         ds = plan.datasets[d]
         assets_version = plan.render_assets.get((d, p), "")
+        ocr = ocr_versions(plan, d)
         for pair in ds.test.pairs:
             todo = []
             for sev in severities:
                 for seed in plan.seeds:   # a set is every clip at every seed of the grid
                     key = RenderKey(d, ds.version, pair.video_id, p, sev, seed, frames, res, assets_version)
-                    try:
-                        cache.probe(key)
+                    request = render_request(cache, key, ocr)
+                    if request is None:
                         reused += 1
-                    except (CacheMiss, CacheCorrupt):
-                        todo.append([p, sev, assets_version, seed])
+                    else:
+                        todo.append(request)
                         todo_per_set[(d, p, sev)] += 1
             if todo:
                 extra = (video_assets or {}).get(d, {}).get(pair.video_id, {})

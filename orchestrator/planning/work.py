@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orchestrator.planning.plan import ModelPlan, Plan
-from orchestrator.planning.render_sets import RenderSet, render_keys_of_set, trial_render_sets
+from orchestrator.planning.render_sets import RenderSet, ocr_versions, render_keys_of_set, trial_render_sets
 from orchestrator.planning.versions import TextSetJob
 from workloads.render_cache import RenderCache
 from workloads.spec import TrialSpec
@@ -49,13 +49,15 @@ def remaining_work(plan: Plan, todo: list[TrialSpec]) -> Work:
         ds = plan.datasets[rs[0]]
         if ds.size is None or not ds.on_disk:
             return False
-        return all(cache.path(k).is_file() for k in render_keys_of_set(plan, *rs))
+        ocr = list(ocr_versions(plan, rs[0]).values())   # a set is rendered with its OCR entries
+        return all(cache.path(k).is_file() and all(cache.ocr_path(k, v).is_file() for v in ocr)
+                   for k in render_keys_of_set(plan, *rs))
 
     sets = [(d, p, int(s)) for d, cells in plan.renders.items() for p, s in cells]
     needed = {(t.dataset, t.perturbation, t.severity) for t in todo if t.direction == "t2v"}
     texts = [j for j in plan.text_sets if (j.key.dataset, j.key.perturbation, j.key.severity) in needed
              and not j.key.path(plan.paths.render).is_file()]
     encodings = list(dict.fromkeys((t.backbone, t.model_version, t.dataset, t.direction, t.num_frames,
-                                    t.resolution, t.precision) for t in todo))
+                                    t.resolution, t.precision, t.backbone_options) for t in todo))
     return Work(list(todo), [rs for rs in sets if rs in read and not rendered(rs)], texts, encodings,
                 _trained(plan, only_missing=True))

@@ -33,7 +33,7 @@ KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 # every field of a trial spec is a child-run parameter (a new field is logged by itself)
 # the axes a user filters and groups runs by in the MLflow UI, also as tags (tags are searchable and editable)
 TAG_AXES = ("scenario", "dataset", "source_dataset", "direction", "perturbation", "severity", "method", "variant",
-            "backbone", "faithful", "config", "seed")
+            "backbone", "backbone_variant", "faithful", "config", "seed")
 
 
 def default_tracking_uri(results_dir: str | os.PathLike) -> str:
@@ -195,6 +195,9 @@ class Tracker(BackgroundLogging):
         # R@1 of each stream batch as a step metric: the UI's chart of `batch_R1` shows adaptation over the stream
         # each method option as a param of its own too (`option.lr`), so a search's runs sort and plot by them
         options = {f"option.{k}": v for k, v in json.loads(spec.get("options") or "{}").items()}
+        # and each backbone option (`backbone_option.ocr`): TCD with and without OCR filter apart
+        options.update({f"backbone_option.{k}": v
+                        for k, v in json.loads(spec.get("backbone_options") or "{}").items()})
         self._log_batch(rid, params={**{k: spec[k] for k in SPEC_FIELDS if k in spec}, **options}, metrics=metrics,
                         steps={"batch_R1": entry.get("batch_R1") or []})
         self.client.log_dict(rid, {"k": spec.get("hub_k"), "counts": entry.get("k_occurrence", [])},
@@ -313,7 +316,7 @@ def run_name(spec: dict[str, Any]) -> str:
     s = TrialSpec.from_dict(spec)
     source = f"{s.source_dataset}->" if s.source_dataset not in ("", s.dataset) else ""
     # a searched configuration and a seed other than 0 name themselves: .../tent/fog-5/random-3/seed1
-    return (f"{source}{s.dataset}/{s.direction}/{s.backbone}/{s.method_label}/{s.cell}"
+    return (f"{source}{s.dataset}/{s.direction}/{s.backbone_label}/{s.method_label}/{s.cell}"
             + (f"/{s.config}" if s.config else "") + (f"/seed{s.seed}" if s.seed else ""))
 
 

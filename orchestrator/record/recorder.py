@@ -74,4 +74,4 @@ def trial_line(result: dict[str, Any], searched: Mapping[str, tuple[str, ...]] |
     where = spec.dataset if spec.source_dataset in ("", spec.dataset) else f"{spec.source_dataset}->{spec.dataset}"
     config = config_text(spec, searched or {})
     method = escape(f"{spec.method_label} {config}" if config else spec.method_label)
-    return f"  {where:12s} {spec.backbone:9s} {method:12s} {spec.direction} {spec.cell:22s} {line}"
+    return f"  {where:12s} {spec.backbone_label:9s} {method:12s} {spec.direction} {spec.cell:22s} {line}"

@@ -35,7 +35,7 @@ def clean_table(df: pd.DataFrame) -> Table | None:
     clean["source"] = [s or d for s, d in zip(clean.get("source_dataset", clean["dataset"]).fillna(""),
                                               clean["dataset"])]
     cases = []
-    for _, part in clean.groupby(["backbone", "source", "dataset", "direction"], sort=False):
+    for _, part in clean.groupby(["backbone_label", "source", "dataset", "direction"], sort=False):
         ok = part[part["status"] == "ok"]
         r = (ok if len(ok) else part).iloc[0].copy()
         if len(ok):
@@ -44,7 +44,7 @@ def clean_table(df: pd.DataFrame) -> Table | None:
     rows, cells = [], {}
     for r in cases:
         source = r["source"]
-        case = CheckCase(r["backbone"], source, r["dataset"], {})
+        case = CheckCase(r["backbone_label"], source, r["dataset"], {}, registered=r["backbone"])
         n = _number(r.get("n_queries"))
         case.results[r["direction"]] = {"status": r["status"], "n_queries": 0 if math.isnan(n) else int(n),
                                         "n_gallery": _number(r.get("n_gallery")),
@@ -54,7 +54,7 @@ def clean_table(df: pd.DataFrame) -> Table | None:
         if not [p for p in c.rows if not p.bound]:
             continue
         where = "" if source == r["dataset"] else f"{source} -> "
-        row = (r["backbone"], f"{case.setting}: {where}{r['dataset']} {r['direction']}")
+        row = (r["backbone_label"], f"{case.setting}: {where}{r['dataset']} {r['direction']}")
         rows.append(row)
         if r["status"] != "ok":
             state = "failed" if r["status"] == "failed" else "missing"

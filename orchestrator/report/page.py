@@ -91,7 +91,7 @@ def cost_table(grid, df: pd.DataFrame) -> Table | None:
     cols = [("", "ms per query"), ("", "gallery s")]
     cells = {}
     for r in rows:
-        mine = ok[(ok["backbone"] == r[0]) & (ok["row"] == r[1])]
+        mine = ok[(ok["backbone_label"] == r[0]) & (ok["row"] == r[1])]
         cells[(r, cols[0])] = Value(float(mine["per_query_ms"].mean()), "ok")
         cells[(r, cols[1])] = Value(float(mine["gallery_s"].mean()), "ok")
     return Table("tta_cost", "TTA cost (Table 8): time per query, mean over every trial of the row", rows, cols,
@@ -234,7 +234,8 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
 
 
 def _cell_name(row) -> str:
-    return f"{row['dataset']}/{row['direction']}/{row['backbone']}/{row['row']}/{row['perturbation']}-{row['severity']}"
+    return (f"{row['dataset']}/{row['direction']}/{row['backbone_label']}/{row['row']}/{row['perturbation']}-"
+            f"{row['severity']}")
 
 
 def _remember_grid(grid, grid_dir: Path) -> None:

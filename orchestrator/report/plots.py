@@ -41,7 +41,7 @@ def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
     files = []
     figures: dict[tuple[int, int, int], Any] = {}
     try:
-        for (ds, direction, backbone), part in qs.groupby(["dataset", "direction", "backbone"], sort=False):
+        for (ds, direction, backbone), part in qs.groupby(["dataset", "direction", "backbone_label"], sort=False):
             level_of = levels(direction)
             types = [p for p in level_of if p in set(part["perturbation"])]
             if not types:
@@ -101,7 +101,7 @@ def severity_apart(grid, df: pd.DataFrame, plots_dir: Path) -> Callable[[], list
     thread."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     cells = _qs_ok(df)
-    figures = cells.groupby(["dataset", "direction", "backbone"]).ngroups if len(cells) else 0
+    figures = cells.groupby(["dataset", "direction", "backbone_label"]).ngroups if len(cells) else 0
     if cores < 2 or figures < 2 or "fork" not in multiprocessing.get_all_start_methods():
         files = plot_severity(grid, df, plots_dir)
         return lambda: files
@@ -141,7 +141,7 @@ def focus_cell(grid, df: pd.DataFrame) -> dict[str, Any] | None:
     if not len(qs):
         return None
     adapted = next((m for m in ("hat_vtr", *method_rows(grid)) if m != "source" and m in set(qs["row"])), None)
-    for (ds, direction, backbone), part in qs.groupby(["dataset", "direction", "backbone"], sort=False):
+    for (ds, direction, backbone), part in qs.groupby(["dataset", "direction", "backbone_label"], sort=False):
         src = part[part["row"] == "source"]
         clean = src[src["perturbation"] == CLEAN]
         shifted = src[src["perturbation"] != CLEAN].sort_values(["R1", "severity"], ascending=[True, False])
@@ -257,13 +257,13 @@ def plot_diagnostics(df: pd.DataFrame, out: Path, methods: list[str]) -> list[Pa
     plt, files = _plt(), []
     for (ds, direction), part in qs.groupby(["dataset", "direction"], sort=False):
         shifted = part[part["perturbation"] != CLEAN]
-        backbones = [b for b in dict.fromkeys(part["backbone"]) if shifted["uniformity_adapted"].notna().any()]
+        backbones = [b for b in dict.fromkeys(part["backbone_label"]) if shifted["uniformity_adapted"].notna().any()]
         if not backbones or not len(shifted):
             continue
         fig, axes = plt.subplots(1, len(backbones), figsize=(4.2 * len(backbones), 3.4), squeeze=False)
         for ax, b in zip(axes[0], backbones):
-            mine = shifted[shifted["backbone"] == b]
-            clean = part[(part["backbone"] == b)]
+            mine = shifted[shifted["backbone_label"] == b]
+            clean = part[(part["backbone_label"] == b)]
             start = (mine["uniformity_shifted"].mean(), mine["modality_gap_shifted"].mean())
             ax.scatter([clean["uniformity_clean"].mean()], [clean["modality_gap_clean"].mean()], marker="*", s=90,
                        color="black", label="clean")

@@ -27,13 +27,15 @@ SIGNALS = ["pred_entropy", "snd", "source_R1", *DIAGNOSTIC_METRICS]
 
 
 def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per ledger entry: the spec's fields, `row` (the table row: variant name, else method), every metric
-    and timing, and what the trial said of itself."""
+    """One row per ledger entry: the spec's fields, `row` (the table row: variant name, else method),
+    `backbone_label` (the table's backbone: a backbone variant's name, else the backbone), every metric and timing,
+    and what the trial said of itself."""
     rows = []
     for e in entries:
         spec, metrics, timings = e["spec"], e.get("metrics") or {}, e.get("timings") or {}
         row = {"key": e["key"], "status": e["status"], **{c: spec.get(c) for c in SPEC_FIELDS}}
         row["row"] = spec.get("variant") or spec["method"]
+        row["backbone_label"] = spec.get("backbone_variant") or spec["backbone"]
         row.update({m: metrics.get(m) for m in METRICS + HUB + SIGNALS})
         row.update({m: metrics[m] for m in sorted(metrics) if m not in row})
         row["query_R1"] = e.get("query_R1")   # per query (a list, or compact: TrialLedger.entries(lists=False))
@@ -58,7 +60,8 @@ def planned_rows(specs: Iterable[TrialSpec], entries: list[dict[str, Any]], list
         e = by_key.get(spec.key)
         if e is None:
             d = spec.to_dict()
-            row = {"key": spec.key, "status": "missing", **d, "row": d.get("variant") or d["method"]}
+            row = {"key": spec.key, "status": "missing", **d, "row": d.get("variant") or d["method"],
+                   "backbone_label": spec.backbone_label}
         else:
             row = trial_rows([e])[0]
             if lists:
@@ -71,7 +74,8 @@ def planned_rows(specs: Iterable[TrialSpec], entries: list[dict[str, Any]], list
 
 
 def table_order(grid) -> TableOrder:
-    """The orders every table of the grid follows: its backbones and method rows, the registries' types and levels."""
+    """The orders every table of the grid follows: its backbones (as it names them: variants by their labels) and
+    method rows, the registries' types and levels."""
     video, text = list(VIDEO_PERTURBATIONS.names()), list(TEXT_PERTURBATIONS.names())
     return TableOrder(backbones=list(grid.backbones), methods=list(grid.methods),
                       perturbations={"v2t": video, "t2v": text},

@@ -65,7 +65,7 @@ def _candidates(part: pd.DataFrame) -> dict[tuple, list[dict[str, Any]]]:
     """(backbone, row, perturbation, severity, seed) -> the planned rows of its candidate configurations."""
     out: dict[tuple, list[dict[str, Any]]] = {}
     for rec in part.to_dict("records"):
-        key = (rec["backbone"], rec["row"], rec["perturbation"], int(rec["severity"]), int(rec["seed"]))
+        key = (rec["backbone_label"], rec["row"], rec["perturbation"], int(rec["severity"]), int(rec["seed"]))
         rec["config"] = rec.get("config") or ""
         out.setdefault(key, []).append(rec)
     return out

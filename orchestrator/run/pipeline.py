@@ -128,7 +128,7 @@ class Pipeline:
         `run_check` renders the clean clips it reads itself (orchestrator/stages/check.py `render_clean`)."""
 
         backbone, source = group
-        trials = [t for t in self.plan.trials if (t.backbone, t.source_dataset or t.dataset) == group]
+        trials = [t for t in self.plan.trials if (t.backbone_label, t.source_dataset or t.dataset) == group]
         targets = list(dict.fromkeys(t.dataset for t in trials))
         self._wait([set_need(d, CLEAN, 0) for d in targets if (CLEAN, 0) in self.plan.renders.get(d, [])])
         report = run_check(replace(self.plan, trials=trials), self.checkpoints, self.ledger, self.console,

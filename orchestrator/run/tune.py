@@ -96,7 +96,7 @@ def _name_worker(spec: TrialSpec) -> None:
 
 def _short_name(trial) -> str:
     spec = TrialSpec.from_dict(trial.config["spec"])
-    return f"{spec.backbone}_{spec.method_label}_{spec.direction}_{spec.cell}_{spec.key[:8]}"
+    return f"{spec.backbone_label}_{spec.method_label}_{spec.direction}_{spec.cell}_{spec.key[:8]}"
 
 
 

@@ -84,7 +84,7 @@ def train_pairs(dataset: DatasetPlan) -> int:
 def model_line(plan: Plan, path: str, record: dict[str, Any], seconds: float) -> str:
     m = next(m for (b, s), m in plan.models.items() if str(plan.model_path(b, s)) == path)
     mt = record["metrics"]
-    return (f"  {m.backbone}/{m.train_dataset}: clean R@1 v2t {mt['v2t_R1']:.1f} / t2v {mt['t2v_R1']:.1f} "
+    return (f"  {m.name}/{m.train_dataset}: clean R@1 v2t {mt['v2t_R1']:.1f} / t2v {mt['t2v_R1']:.1f} "
             f"({seconds:.0f}s) -> {Path(path).name}")
 
 

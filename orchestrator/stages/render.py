@@ -3,7 +3,9 @@
 One input row per source video lists every (perturbation, severity) the plan needs from it, so each video is decoded
 once and shared work (the uniform sample, optical flow) is done once across severities. Only small rows (paths,
 keys, statuses) travel through the object store: the tasks decode, perturb, resize and write to the cache
-themselves (`render_rows`).
+themselves (`render_rows`). Where the grid has an OCR backbone (TCD), the same decode also writes each clip's OCR
+entries, one per engine its backbones read (`Plan.ocr_engines`), read on the frames at their native resolution; a
+clip whose entries are missing is a request like a missing clip, so trials never run OCR themselves.
 
 `render` fills the cache and returns when every clip is there (the `render` command, `check`'s clean clips).
 `RenderStream` is what `submit` uses to overlap rendering with trials (docs/architecture.md, "Overlap"): a *render
@@ -33,6 +35,7 @@ from orchestrator.planning.cost_model import clip_size
 from orchestrator.planning.needs import set_need
 from orchestrator.planning.plan import Plan
 from orchestrator.planning.render_sets import RenderSet, plan_render_rows, plan_set_rows
+from workloads.ocr import get_engine
 from workloads.render_cache import RenderCache, RenderKey
 from workloads.render_memory import render_bytes
 
@@ -71,8 +74,6 @@ def render_rows(batch: dict[str, Any], cache_root: str, seed: int, num_frames: i
     import cv2   # OpenCV and torch: only in the render workers
     import torch
 
-    from workloads.render_cache import render_video  # OpenCV, PyAV, torch: only in the render workers
-
     cv2.setNumThreads(1)
     torch.set_num_threads(1)
     cache, assets = RenderCache(cache_root), assets or {}
@@ -81,11 +82,12 @@ def render_rows(batch: dict[str, Any], cache_root: str, seed: int, num_frames: i
     for i in range(len(batch["video_id"])):
         ds, vid, path = str(batch["dataset"][i]), str(batch["video_id"][i]), str(batch["video_path"][i])
         reqs = json.loads(batch["requests"][i])
-        # a request is [perturbation, severity, assets version, seed]; the seed defaults to the grid's
+        # a request is [perturbation, severity, assets version, seed] (the seed defaults to the grid's), then
+        # optionally [OCR engines, clip needed] (orchestrator/planning/render_sets.py `render_request`)
         keys = [RenderKey(ds, str(batch["data_version"][i]), vid, r[0], int(r[1]), int(r[3]) if len(r) > 3 else seed,
                           num_frames, resolution, r[2]) for r in reqs]
         extra = {**assets.get(ds, {}), **json.loads(batch["extra_assets"][i]), "video_id": vid, "video_path": path}
-        for key, st in zip(keys, render_video(path, keys, cache, extra)):
+        for key, st in zip(keys, render_requests(path, keys, reqs, cache, extra)):
             out["dataset"].append(ds)
             out["video_id"].append(vid)
             out["video_path"].append(path)
@@ -96,6 +98,38 @@ def render_rows(batch: dict[str, Any], cache_root: str, seed: int, num_frames: i
             out["faithful"].append(bool(st["faithful"]))
             out["fallback"].append(st.get("fallback") or "")
             out["seconds"].append(float(st["seconds"]))
+    return out
+
+
+def render_requests(path: str, keys: list[RenderKey], requests: list[list], cache: RenderCache,
+                    extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """Render one video's requests (`keys[i]` is `requests[i]`): its clips, and the OCR entries of the engines each
+    request lists, read on the frames at their native resolution in the same decode (`render_video(ocr=...)`); a
+    request whose clip is cached already gets its OCR entries only (`clips=False`). One status per key. An engine
+    that cannot run in this worker writes no entries: a clip still renders; an OCR-only request fails with why (the
+    trials of its backbone then fail with the same reason)."""
+    from workloads.render_cache import render_video  # OpenCV, PyAV, torch: only in the render workers
+
+    groups: dict[tuple[tuple[str, ...], bool], list[int]] = {}
+    for j, r in enumerate(requests):
+        engines, clip = (tuple(r[4]), bool(r[5])) if len(r) > 5 else ((), True)
+        groups.setdefault((engines, clip), []).append(j)
+    out: list[dict[str, Any] | None] = [None] * len(keys)
+    for (names, clip), idx in groups.items():
+        engines, problems = [], []
+        for name in names:
+            try:
+                engines.append(get_engine(name))
+            except RuntimeError as err:
+                problems.append(str(err))
+        if not clip and not engines:
+            for j in idx:
+                out[j] = {"digest": keys[j].digest, "status": "failed", "error": "; ".join(problems),
+                          "faithful": None, "fallback": None, "seconds": 0.0}
+            continue
+        for j, st in zip(idx, render_video(path, [keys[j] for j in idx], cache, extra, ocr=engines or None,
+                                           clips=clip)):
+            out[j] = st
     return out
 
 

@@ -59,6 +59,34 @@ def __getattr__(name: str) -> Any:
 
 
 
+def backbone_options(name: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    """The options of backbone `name` checked against the Options its head declares (`OPTIONS`: TCD's ocr, engine,
+    ...), in their canonical form: sorted, coerced to their kinds, without the ones at their default (null: the
+    default). Two spellings of one configuration give one form, which the checkpoint, gallery and trial keys are made
+    of; {} is the backbone as registered. OptionError (one line: the option, its rule, the bad value) otherwise.
+    Imports the backbone's module (torch) only when options are given."""
+    from workloads.options import OptionError, check_options
+
+    if not options:
+        return {}
+    spec = getattr(BACKBONES.lookup(name), "OPTIONS", {})
+    if not spec:
+        raise OptionError(f"backbone {name!r} takes no options; got {', '.join(map(repr, options))}")
+    checked = check_options(f"backbone {name!r}", options, spec)
+    return {k: checked[k] for k in sorted(options) if checked[k] is not None and checked[k] != spec[k].default}
+
+
+def ocr_engine(name: str, options: dict[str, Any] | None = None) -> str | None:
+    """The OCR engine whose entries backbone `name` with these (canonical) options reads, or None: a backbone that
+    reads no OCR, or an OCR backbone with `ocr: false`. Read from the registration (`ocr=True`) and
+    workloads/ocr.py, without importing the backbone."""
+    if not BACKBONES.static_info(name).get("ocr"):
+        return None
+    from workloads.ocr import engine_of
+
+    return engine_of(options or {})
+
+
 class _RandomInitFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "Model initialized randomly" not in record.getMessage()
@@ -213,6 +241,6 @@ def save_backbone(model: VideoTextModel, path: str | Path, **extra) -> None:
         torch.save(payload, tmp)
 
 
-__all__ = ["BACKBONES", "VideoTextModel", "create_backbone", "save_backbone", "load_checkpoint",
-           "cosine_similarity", "register_backbone", "list_clip_models", "is_backbone_checkpoint", "WeightsError",
-           "detect_format"]
+__all__ = ["BACKBONES", "VideoTextModel", "backbone_options", "ocr_engine", "create_backbone", "save_backbone",
+           "load_checkpoint", "cosine_similarity", "register_backbone", "list_clip_models", "is_backbone_checkpoint",
+           "WeightsError", "detect_format"]

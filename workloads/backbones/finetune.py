@@ -373,7 +373,8 @@ def _step(model: VideoTextModel, opt, sched, loss_fn) -> torch.Tensor:
 def side_inputs(model: VideoTextModel, split: Split, num_frames: int, cache_dir: str | Path | None
                 ) -> dict[str, list] | None:
     """The side inputs of every pair of `split` (one entry per pair, in split order) for a backbone whose video side
-    reads some (its OCR windows: workloads/ocr.py), else None."""
+    reads some (its OCR windows: workloads/ocr.py, one per frame of the `num_frames` the clips are decoded at by the
+    uniform rule, so window i is read on the clip's frame i), else None (TCD with `ocr: false` reads none)."""
     if not model.video_inputs:
         return None
     if model.video_inputs != ("ocr",):
@@ -382,6 +383,22 @@ def side_inputs(model: VideoTextModel, split: Split, num_frames: int, cache_dir:
 
     windows = split_windows(split, num_frames, get_engine(model.pooling.ocr_engine), cache_dir)
     return {"ocr": [windows[p.video_id] for p in split.pairs]}
+
+
+def batch_side(side: dict[str, list] | None, plan) -> dict[str, list] | None:
+    """The side inputs of one training batch (`plan`: its rows, frame indices or None, augmentation; `batch_plans`):
+    each row's, and where the batch feeds the model a subset of each clip's frames (the quick recipe's
+    `frames_per_clip` random frames, in order), the OCR windows of exactly those frames: window j of a clip in the
+    batch is read on frame j the model sees (TCD's windows match the sampled frames; its cycle-consistency loss pairs
+    frame j with window j)."""
+    if side is None:
+        return None
+    rows, fidx, _ = plan
+    out = {}
+    for name, per_pair in side.items():
+        clips = [per_pair[r] for r in rows]
+        out[name] = clips if fidx is None else [[clip[f] for f in frames] for clip, frames in zip(clips, fidx)]
+    return out
 
 
 @torch.no_grad()
@@ -455,7 +472,9 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
                                                                 workers=config.workers)
     if len(set(test_index.tolist())) != len(test_index):
         raise ValueError(f"test split {test.dataset} repeats videos; evaluation expects one caption per video")
-    train_side = side_inputs(model, train, config.eval_frames, frames_cache)   # OCR windows of an OCR backbone
+    # an OCR backbone's windows, one per decoded frame: the train clips' at their `train_frames` (each batch takes the
+    # windows of the frames it feeds the model: batch_side), the test clips' at the evaluation's frames
+    train_side = side_inputs(model, train, train_frames, frames_cache)
     test_side = side_inputs(model, test, config.eval_frames, frames_cache)
     if train_side is not None:
         train_side = {k: [v[i] for i in train_kept] for k, v in train_side.items()}
@@ -491,7 +510,7 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
     model.train()
     t0 = time.time()
     for step, (batch_tokens, clips) in enumerate(loader):
-        side = None if train_side is None else {k: [v[r] for r in plans[step][0]] for k, v in train_side.items()}
+        side = None if train_side is None else batch_side(train_side, plans[step])
         loss = train_step(model, opt, sched, autocast, batch_tokens, clips, side)
         if step % max(1, steps // 10) == 0 or step == steps - 1:
             log(f"step {step + 1}/{steps} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")

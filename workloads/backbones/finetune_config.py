@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from workloads import FINETUNE_VERSION
+from workloads.backbones.registry import BACKBONES   # names and registrations read from the source: no torch
 from workloads.seeding import digest
 
 
@@ -62,6 +63,10 @@ RECIPES: dict[str, Recipe] = {
                         grad_clip=1.0),
 }
 RECIPE_NAMES = ("quick", *RECIPES)
+# how an OCR backbone's (TCD's) train clips meet their OCR windows, part of its checkpoints' keys only: "2", each
+# batch takes the windows of the very frames it feeds the model, read at the train clips' own frames
+# (workloads/backbones/finetune.py `batch_side`); before (no marker), every window was read at the evaluation's frames
+OCR_WINDOWS = "2"
 # the evaluation after training used `eval_frames` frames, which were part of the key until issue #36: every key made
 # before then held this value (the grid default runtime.num_frames), so the quick recipe's keys keep it as a constant
 LEGACY_EVAL_FRAMES = 12
@@ -127,9 +132,12 @@ class FinetuneConfig:
         return {**fields, "recipe": asdict(self.published), "epochs": self.epochs}
 
     def key(self, dataset: str, data_version: str) -> str:
-        """Content key: the weight settings (`key_fields`), the init weights' identity, data version, code version."""
+        """Content key: the weight settings (`key_fields`), the init weights' identity, data version, code version
+        (and for an OCR backbone how its windows are read: OCR_WINDOWS)."""
+        ocr = {"ocr_windows": OCR_WINDOWS} if self.backbone in BACKBONES \
+            and BACKBONES.static_info(self.backbone).get("ocr") else {}
         return digest({"config": self.key_fields(), "dataset": dataset, "data": data_version,
-                       "code": FINETUNE_VERSION})
+                       "code": FINETUNE_VERSION, **ocr})
 
 
 def checkpoint_path(config: FinetuneConfig, dataset: str, data_version: str, cache_dir: str | Path) -> Path:

@@ -4,7 +4,9 @@ as a second modality of the video side. No authors' code exists; everything belo
 Video side (`video_features`): CLIP's frame features V [T, D] (the main embedding, as CLIP4Clip's) and the OCR
 windows of the clip (workloads/ocr.py: one window per sampled frame, read at the source resolution before the
 resize, its words templated into "There are scene texts: ... in this frame.") encoded by CLIP's text tower: O [W, D]
-(part `ocr`). With `ocr: false` every window reads "There is no scene text in this frame." (TCD without OCR).
+(part `ocr`). With `ocr: false` every window reads "There is no scene text in this frame." (TCD without OCR): the
+head then reads no OCR at all (`video_inputs` is empty, so no OCR entry is rendered or read for it), one window per
+frame.
 Score (`score`), for text T and a video (V, O), on L2-normalised features:
   1. video-OCR co-attention (Eq. 6-7): O~ = O + softmax(Q_V K_O^T / sqrt(D)) V_O W, V~ = V + softmax(Q_O K_V^T /
      sqrt(D)) V_V W' (residual, the value projections W, W' zero-initialised so that a fresh plug-in scores as its
@@ -36,7 +38,7 @@ from workloads.backbones.clip4clip import MeanPooling
 from workloads.backbones.model import Features, PoolingHead, cosine_similarity
 from workloads.backbones.registry import register_backbone
 from workloads.backbones.xpool import XPoolPooling
-from workloads.ocr import DEFAULT_ENGINE, ENGINES, NO_TEXT, window_caption
+from workloads.ocr import NO_TEXT, OCR_OPTIONS, window_caption
 from workloads.options import Option, check_options
 
 CLIP_SCALE = 100.0      # CLIP's logit scale at its ceiling (module docstring, step 3)
@@ -44,8 +46,7 @@ CYCLE_TEMPERATURE = 0.1
 
 OPTIONS = {
     "base": Option(str, "clip4clip", choices=("clip4clip", "xpool"), doc="the retrieval model it plugs into"),
-    "ocr": Option(bool, True, doc="read the OCR windows (false: TCD without OCR)"),
-    "engine": Option(str, DEFAULT_ENGINE, choices=tuple(ENGINES), doc="the OCR engine (workloads/ocr.py)"),
+    **OCR_OPTIONS,   # ocr, engine: declared in workloads/ocr.py, where a plan reads them without torch
     "tau": Option(float, 5.0, above=0, doc="temperature of the query-conditioned weighting (Eq. 2)"),
     "heads": Option(int, 1, min=1, doc="heads of the clue attention (must divide the embedding size)"),
     "cycle_weight": Option(float, 0.1, min=0, doc="lambda of the cycle-consistency loss (Eq. 15)"),
@@ -66,10 +67,10 @@ class CoAttention(nn.Module):
         return x + a @ self.v(y)
 
 
-@register_backbone("tcd", order=3)
+@register_backbone("tcd", order=3, ocr=True)   # ocr: it takes OCR_OPTIONS and reads OCR entries (workloads/ocr.py)
 class TCDPlugin(PoolingHead):
     text_conditioned = True
-    video_inputs = ("ocr",)
+    video_inputs = ("ocr",)   # per instance: () with `ocr: false`
     OPTIONS = OPTIONS
 
     def __init__(self, embed_dim: int, **options: Any):
@@ -78,6 +79,7 @@ class TCDPlugin(PoolingHead):
         if embed_dim % o["heads"]:
             raise ValueError(f"backbone 'tcd': heads {o['heads']} do not divide the embedding size {embed_dim}")
         self.options = o
+        self.video_inputs = ("ocr",) if o["ocr"] else ()
         self.base = XPoolPooling(embed_dim) if o["base"] == "xpool" else MeanPooling(embed_dim)
         self.video_to_ocr, self.ocr_to_video = CoAttention(embed_dim), CoAttention(embed_dim)
         self.clues = nn.Parameter(torch.randn(2, embed_dim) * 0.02)        # C_V, C_O
@@ -95,13 +97,17 @@ class TCDPlugin(PoolingHead):
 
     # -- features -------------------------------------------------------------------------------------------------
     def video_features(self, model, frames: torch.Tensor, side: dict | None = None) -> Features:
-        """main: CLIP's frame features [B, T, D]; part `ocr`: the OCR captions' text features [B, W, D]."""
+        """main: CLIP's frame features [B, T, D]; part `ocr`: the OCR captions' text features [B, W, D] (without
+        OCR: W = T windows of the no-text caption, whatever `side` holds)."""
         main = model.encode_frames(frames)
-        windows = side["ocr"]
-        if len(windows) != main.shape[0] or len({len(w) for w in windows}) != 1:
-            raise ValueError(f"tcd: {len(windows)} OCR window lists for {main.shape[0]} clips, or clips with "
-                             "different window counts")
-        captions = [window_caption(w) if self.options["ocr"] else NO_TEXT for clip in windows for w in clip]
+        if not self.options["ocr"]:
+            captions = [NO_TEXT] * (main.shape[0] * main.shape[1])
+        else:
+            windows = side["ocr"]
+            if len(windows) != main.shape[0] or len({len(w) for w in windows}) != 1:
+                raise ValueError(f"tcd: {len(windows)} OCR window lists for {main.shape[0]} clips, or clips with "
+                                 "different window counts")
+            captions = [window_caption(w) for clip in windows for w in clip]
         unique = list(dict.fromkeys(captions))  # the no-text caption and a static sign repeat: encode each once
         encoded = torch.cat([model.encode_text(model.tokenize(unique[i:i + 256])) for i in range(0, len(unique), 256)])
         row = {c: i for i, c in enumerate(unique)}

@@ -15,7 +15,7 @@ def wide_table(df: pd.DataFrame, name: str, title: str, setting: str, settings: 
                metrics: dict[str, str], order: TableOrder, higher_better: bool) -> Table:
     """Rows (backbone, method); one column per (setting, direction, metric) in the given orders, named
     "{setting}/{direction}/{metric label}" and grouped by "{setting}/{direction}"."""
-    idx = groups(df, ["backbone", "row", setting, "direction"])
+    idx = groups(df, ["backbone_label", "row", setting, "direction"])
     cols = [(f"{s}/{d}", f"{s}/{d}/{label}") for s in settings for d in directions for label in metrics.values()]
     by_label = {label: m for m, label in metrics.items()}
     rows = order.rows(df)

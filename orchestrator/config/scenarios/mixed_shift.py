@@ -181,7 +181,7 @@ class MixedShift(Scenario):
     @staticmethod
     def _table(part: pd.DataFrame, by: str, cols: list, name: str, title: str, metric: str, order: TableOrder,
                keys: dict) -> Table:
-        idx = groups(part, ["backbone", "row", by])
+        idx = groups(part, ["backbone_label", "row", by])
         rows = order.rows(part)
         cells = {}
         for r in rows:

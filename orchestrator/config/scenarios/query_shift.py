@@ -131,7 +131,7 @@ class QueryShift(Scenario):
     def _metric_tables(self, df: pd.DataFrame, order: TableOrder, metric: str) -> list[Table]:
         label, digits = METRICS.get(metric, (metric, 2))
         higher = metric not in ("MdR", "MnR") and not metric.startswith("hub_")
-        idx = groups(df, ["dataset", "direction", "backbone", "row", "perturbation", "severity"])
+        idx = groups(df, ["dataset", "direction", "backbone_label", "row", "perturbation", "severity"])
         out = []
         for (ds, direction), part in df.groupby(["dataset", "direction"], sort=False):
             levels = order.levels.get(direction, {})
@@ -203,7 +203,7 @@ class QueryShift(Scenario):
             cols = [(title, s) for _, title in HUBNESS for s in shifts]
             cells = {}
             for r in rows:
-                row_recs = [t for t in recs if (t["backbone"], t["row"]) == r]
+                row_recs = [t for t in recs if (t["backbone_label"], t["row"]) == r]
                 for metric, title in HUBNESS:
                     for s in shifts:
                         cells[(r, (title, s))] = combine([t for t in row_recs
@@ -230,7 +230,7 @@ class QueryShift(Scenario):
             recs = part.to_dict("records")
             rows, cells = [], {}
             for b in order.backbones:
-                mine = [t for t in recs if t["backbone"] == b]
+                mine = [t for t in recs if t["backbone_label"] == b]
                 if not mine:
                     continue
                 shifted = [t for t in mine if t["perturbation"] != CLEAN]
