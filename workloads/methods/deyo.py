@@ -137,8 +137,10 @@ class DeYO(TTAMethod):
         entropy = softmax_entropy(logits)
 
         def probs_prime(ids: torch.Tensor) -> torch.Tensor:
+            # ids live where the scores are (the GPU); t2v's query tokens stay on the CPU until the forward
+            picked = batch.inputs[ids.to(batch.inputs.device)]
             with torch.no_grad():
-                prime = self.forward_output(batch.with_inputs(self.transform(batch.inputs[ids]), ids.tolist()))
+                prime = self.forward_output(batch.with_inputs(self.transform(picked), ids.tolist()))
             return self.logits(prime).softmax(1)
 
         ids, plpd = deyo_select(entropy, logits.softmax(1), probs_prime, o["deyo_margin"] * log_g,
