@@ -27,13 +27,13 @@ def test_the_parameter_count_from_the_config_is_open_clips(clip_model, backbone)
     assert dims["image_size"] == model.image_size
 
 
-def test_the_declared_memory_reaches_ray(tmp_path, shared_cache, monkeypatch):
+def test_the_declared_memory_reaches_ray(tmp_path, monkeypatch):
     import ray
 
     from orchestrator.run import ray_env
     from orchestrator.stages import finetune as stage
 
-    plan = plan_unrun(tmp_path, shared_cache, "ftmem")
+    plan = plan_unrun(tmp_path, tmp_path / "cache", "ftmem")   # a cache of its own: no checkpoint made yet
     models = [m for m in plan.models.values() if m.finetune is not None]
     assert models, "the plan fine-tunes a checkpoint"
     expected = stage.finetune_task_memory(plan, models[0], "cpu")
