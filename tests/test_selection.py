@@ -139,9 +139,10 @@ def test_correlation_over_a_constant_is_undefined_not_missing():
     assert not any(c.endswith(":why") for c in wide_frame(tables(rows())["hp_selection_correlation"]).columns)
 
 
-def test_kendall_tau_rows_are_not_bold():
+def test_kendall_tau_rows_and_correlations_are_not_bold():
     """Bold marks a column's best method; the agreement rows (Kendall's tau with the paper and with the oracle) are not
-    methods to compare, so none of their values is bold, in Markdown or HTML. The tables of methods still are."""
+    methods to compare, and the correlation table's question (which signal tracks R@1) is read across a row, so none
+    of their values is bold, in Markdown or HTML. The tables of methods still are."""
     from orchestrator.report.formats import table_html, table_markdown
 
     t = tables(rows())
@@ -150,6 +151,9 @@ def test_kendall_tau_rows_are_not_bold():
     assert any(agreement.cell(r, c).state == "ok" for r in agreement.rows for c in agreement.columns)
     assert agreement.best() == {}
     assert "**" not in table_markdown(agreement) and "<b>" not in table_html(agreement)
+    correlation = t["hp_selection_correlation"]
+    assert any(correlation.cell(r, c).state == "ok" for r in correlation.rows for c in correlation.columns)
+    assert correlation.best() == {} and "**" not in table_markdown(correlation)
     for name in ("hp_selection_R1", "hp_selection_ranking"):
         assert t[name].compare_rows and "**" in table_markdown(t[name]) and "<b>" in table_html(t[name])
 

@@ -2,7 +2,7 @@
 report), in long form (one row per cell, with its state) and in wide form (the paper's layout as Parquet, a state
 column beside each value column). Every form says the same of a cell: a number, a partial mean marked `*`,
 `missing`, `failed` or `undefined` with its reason; the best complete value of a column is bold, in tables whose rows
-are compared (`Table.compare_rows`: not the agreement tables of Kendall's tau)."""
+are compared (`Table.compare_rows`: not the agreement tables of Kendall's tau, nor the signals' correlations)."""
 from __future__ import annotations
 
 import html

@@ -19,7 +19,8 @@ Tables per (dataset, direction):
   test R@1 across the candidates of a (cell, seed), the mean over them. Where R@1 or the signal is the same for every
   candidate the correlation is undefined (a constant has no ranking): such groups are left out of the mean and
   counted; a cell where it is undefined in every group is `undefined` with the reason (constant R@1, constant
-  signal), never `missing`, which says that results are absent;
+  signal), never `missing`, which says that results are absent. Nothing is bold: the question it answers (which
+  signal tracks R@1) compares a row's signals, and its columns hold different signals' correlations;
 - `hp_selection_ranking`: each protocol's ranking of the methods by R@1 reached (1 = best), beside the ranking the
   paper's Table 1 gives over the same shift types (workloads/paper.py), and Kendall's tau between each protocol's
   ranking and the paper's and the oracle's (`hp_selection_agreement`: its rows are not compared, nothing is bold).
@@ -233,7 +234,7 @@ def _correlation_table(groups, rows, searched, where, ds, direction) -> Table:
             cells[(every, (LABEL_FREE, s))] = pooled[s].value()
     return Table("hp_selection_correlation", f"Spearman correlation of each label-free signal (signed: higher is "
                  f"better) with test R@1 across configurations, mean over cells and seeds: {where}", out_rows, cols,
-                 cells, {"dataset": ds, "direction": direction}, 2, True)
+                 cells, {"dataset": ds, "direction": direction}, 2, True, compare_rows=False)
 
 
 def _mean_by_seed(by_seed: dict[int, list[float]]) -> Value:
