@@ -189,11 +189,13 @@ def test_severity_figures_redrawn_in_one_figure_match_figures_drawn_alone(tmp_pa
     for backbone, methods, scale in (("clip4clip", ["source", "tent", "sar"], 90), ("xclip", ["source", "sar"], 20)):
         for m in methods:
             rows.append(dict(scenario=QS, status="ok", mix="", dataset="msrvtt", direction="v2t", backbone=backbone,
-                             perturbation=CLEAN, row=m, severity=0, R1=rng.random() * scale))
+                             backbone_label=backbone, perturbation=CLEAN, row=m, severity=0,
+                             R1=rng.random() * scale))
             for p in VIDEO_PERTURBATIONS.names():
                 for s in range(1, 6):
                     rows.append(dict(scenario=QS, status="ok", mix="", dataset="msrvtt", direction="v2t",
-                                     backbone=backbone, perturbation=p, row=m, severity=s, R1=rng.random() * scale))
+                                     backbone=backbone, backbone_label=backbone, perturbation=p, row=m, severity=s,
+                                     R1=rng.random() * scale))
     df = pd.DataFrame(rows)
     both = plot_severity(grid, df, tmp_path / "both")
     alone = plot_severity(grid, df[df.backbone == "xclip"], tmp_path / "alone")
