@@ -188,15 +188,14 @@ def measured_render_rows(batch, log_dir: str, **kwargs):
 
     import workloads.render_cache  # noqa: F401
     from orchestrator.stages.render import render_rows
+    from workloads.render_memory import status_bytes
 
     t0, c0 = time.perf_counter(), time.process_time()
     out = render_rows(batch, **kwargs)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    with open("/proc/self/status") as f:
-        status = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.startswith(("VmHWM", "VmRSS"))}
     record = {"pid": os.getpid(), "perturbation": out["perturbation"][0] if out["perturbation"] else "",
               "clips": len(out["status"]), "failed": sum(s != "ok" for s in out["status"]),
-              "video_id": str(batch["video_id"][0]), "wall_s": wall, "cpu_s": cpu, "hwm": status["VmHWM"]}
+              "video_id": str(batch["video_id"][0]), "wall_s": wall, "cpu_s": cpu, "hwm": status_bytes("VmHWM")}
     with open(Path(log_dir) / f"{os.getpid()}.jsonl", "a") as f:
         f.write(json.dumps(record) + "\n")
     return out

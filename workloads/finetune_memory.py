@@ -78,6 +78,8 @@ import threading
 import time
 from pathlib import Path
 
+from workloads.render_memory import status_bytes
+
 MIB = 1 << 20
 MARGIN = 1.15                  # allocator slack and what the calibration did not vary
 BASE_BYTES = 830 * MIB         # a Ray worker after importing torch, open_clip, cv2 and PyAV (CPU build of torch)
@@ -173,11 +175,6 @@ def measure(config, dataset: str, root: str | os.PathLike, options: dict | None 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _status_bytes(field: str, pid: str = "self") -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
-
-
 def _private_bytes(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
@@ -228,10 +225,10 @@ def _child(job: dict) -> dict:
     from workloads.backbones.finetune import FinetuneConfig, ensure_finetuned
     from workloads.datasets import create_dataset
 
-    base = _status_bytes("VmRSS")
+    base = status_bytes("VmRSS")
     if job["device"] == "cuda":
         torch.zeros(1, device="cuda")   # the CUDA context, before any work
-    cuda = _status_bytes("VmRSS") - base
+    cuda = status_bytes("VmRSS") - base
     config = FinetuneConfig(**job["config"])
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, _ChildSampler() as workers:
@@ -239,7 +236,7 @@ def _child(job: dict) -> dict:
         ds = create_dataset(job["dataset"], root=job["root"], **job["options"])
         _, record = ensure_finetuned(config, ds.train_split(), ds.test_split(), tmp, "memory",
                                      init_path=job.get("init_path"), log=lambda s: None, device=job["device"])
-    return {"peak_bytes": _status_bytes("VmHWM"), "workers_bytes": workers.peak, "base_bytes": base,
+    return {"peak_bytes": status_bytes("VmHWM"), "workers_bytes": workers.peak, "base_bytes": base,
             "cuda_bytes": cuda,
             "wall_s": round(time.perf_counter() - t0, 2), "steps": record["steps"], "device": record["device"]}
 

@@ -105,6 +105,14 @@ def measure(path: str | os.PathLike, perturbations: Iterable[str], severities: I
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def status_bytes(field: str, pid: int | str = "self") -> int:
+    """A memory field of /proc/<pid>/status in bytes (Linux): "VmRSS" now, "VmHWM" the peak. VmHWM is the process's
+    own address space's high-water mark; getrusage's ru_maxrss is not: Linux carries the parent's across fork and
+    exec, so a child of a 2 GB test worker "peaked" at 2 GB before it ran."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
+
+
 def _child(path: str, perturbations: list[str], severities: list[int], adain_weights: bool) -> dict:
     import time
 
@@ -114,19 +122,9 @@ def _child(path: str, perturbations: list[str], severities: list[int], adain_wei
     cv2.setNumThreads(1)  # as RenderActor
     torch.set_num_threads(1)
 
-    def rss() -> int:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-    def peak_rss() -> int:
-        # VmHWM is this address space's high-water mark. getrusage's ru_maxrss is not: Linux carries the parent's
-        # high-water mark across fork and exec, so a child of a 2 GB test worker "peaked" at 2 GB before it ran.
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-
     from workloads.render_cache import RenderCache, RenderKey, render_video
 
-    base = rss()
+    base = status_bytes("VmRSS")
     with tempfile.TemporaryDirectory() as tmp:
         assets = {}
         if adain_weights:
@@ -144,7 +142,7 @@ def _child(path: str, perturbations: list[str], severities: list[int], adain_wei
     status: dict[str, list[str]] = {}
     for key, o in zip(keys, out):
         status.setdefault(key.perturbation, []).append(o["status"])
-    peak = peak_rss()
+    peak = status_bytes("VmHWM")
     return {"peak_bytes": peak, "base_bytes": base, "cpu_s": round(cpu, 3), "wall_s": round(wall, 3),
             "status": status, "errors": sorted({o["error"] for o in out if o["error"]})}
 

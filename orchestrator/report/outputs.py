@@ -27,6 +27,7 @@ from orchestrator.report.page import clear_plots, write_report
 from orchestrator.report.plots import severity_apart
 from orchestrator.report.results import write_tables
 from orchestrator.report.rows import planned_rows
+from workloads.render_memory import status_bytes
 from workloads.spec import TrialSpec
 
 
@@ -45,11 +46,10 @@ class Outputs:
 
 
 def _peak_rss_mb() -> float | None:
-    """This process's peak RSS since it started its program (VmHWM: counted per address space, so not the parent's
-    pages a forked child starts with, which getrusage's ru_maxrss includes)."""
+    """This process's peak RSS since it started its program, where /proc has it (workloads/render_memory.py
+    `status_bytes`: VmHWM, not the parent's pages a forked child starts with)."""
     try:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+        return status_bytes("VmHWM") / 2**20
     except (OSError, StopIteration, ValueError):
         return None
 
