@@ -307,12 +307,7 @@ class PlanCosts:
         """(video, caption) pairs of a dataset's train split (what a published recipe's epochs pass over), or None
         where its annotations cannot be read."""
         plan = self.plan.datasets.get(dataset)
-        if plan is None or plan.unavailable:
-            return None
-        try:
-            return len(plan.dataset.train_split().pairs)
-        except (OSError, ValueError, KeyError):
-            return None
+        return None if plan is None else train_pairs(plan)
 
     def checkpoint_gpu_seconds(self, model: ModelPlan) -> float | None:
         """GPU seconds of fine-tuning one checkpoint: its steps (a published recipe's: epochs over the train split's
@@ -378,3 +373,17 @@ def estimate(costs: PlanCosts, work) -> Estimate:   # work: orchestrator/plannin
     out.unknown += [f"fine-tuning {m.backbone}/{m.train_dataset} (no train annotations)" for m, s in finetunes
                     if s is None]
     return out
+
+
+def train_pairs(dataset: DatasetPlan) -> int | None:
+    """(video, caption) pairs of a dataset's train split: a generated dataset's from its config (nothing is
+    generated), a real one's from its annotations; None where they cannot be read."""
+    config = getattr(dataset.dataset, "config", None)
+    if config is not None and hasattr(config, "n_train"):
+        return int(config.n_train) * int(getattr(config, "captions_per_train_video", 1))
+    if dataset.unavailable:
+        return None
+    try:
+        return len(dataset.dataset.train_split().pairs)
+    except (OSError, ValueError, KeyError):
+        return None

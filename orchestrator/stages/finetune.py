@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 
 from orchestrator.planning.environment import checkpoint_paths, models_to_make
-from orchestrator.planning.plan import DatasetPlan, ModelPlan, Plan
+from orchestrator.planning.cost_model import train_pairs
+from orchestrator.planning.plan import ModelPlan, Plan
 from orchestrator.planning.resources import Cluster, producer_share
 from workloads.datasets import create_dataset
 from workloads.finetune_memory import finetune_bytes
@@ -66,19 +67,8 @@ def finetune_task_memory(plan: Plan, model: ModelPlan, device: str) -> int:
     ("cpu" or "cuda"; workloads/finetune_memory.py `finetune_bytes`) for its config, model and train split. Ray
     schedules by it, so a node runs the task only where that much memory is free; it is a reservation, not a
     limit."""
-    return finetune_bytes(model.finetune, device, train_pairs(plan.datasets[model.train_dataset]))
-
-
-def train_pairs(dataset: DatasetPlan) -> int:
-    """(video, caption) pairs of a dataset's train split: a generated dataset's from its config (nothing is
-    generated), a real one's from its annotations; 0 where they cannot be read (the task then fails on them)."""
-    config = getattr(dataset.dataset, "config", None)
-    if config is not None and hasattr(config, "n_train"):
-        return int(config.n_train) * int(getattr(config, "captions_per_train_video", 1))
-    try:
-        return len(dataset.dataset.train_split().pairs)
-    except (OSError, ValueError, KeyError):
-        return 0
+    # 0 where the train split cannot be read: the task then fails on it
+    return finetune_bytes(model.finetune, device, train_pairs(plan.datasets[model.train_dataset]) or 0)
 
 
 def model_line(plan: Plan, path: str, record: dict[str, Any], seconds: float) -> str:
