@@ -46,6 +46,11 @@ def test_precision_auto_never_emulates_bf16():
     assert resolve_precision("fp32", cpu) == "fp32" and resolve_precision("bf16", cpu) == "bf16"
     # bf16 autocast on a CPU without native bf16 is emulated (~10x slower than fp32): auto must pick fp32 there
     assert resolve_precision("auto", cpu) == ("bf16" if cpu_has_native_bf16() else "fp32")
+    # with native bf16, a small model still trains faster in fp32 on a CPU (CPU_BF16_MIN_PARAMS): only a large one
+    # (or one of unknown size) gets bf16
+    assert resolve_precision("auto", cpu, params=8_000_000) == "fp32"
+    assert resolve_precision("auto", cpu, params=151_000_000) == ("bf16" if cpu_has_native_bf16() else "fp32")
+    assert resolve_precision("bf16", cpu, params=8_000_000) == "bf16"   # asked for: kept
     with pytest.raises(ValueError, match="'fp32', 'bf16' or 'auto', got 'fp16'"):
         resolve_precision("fp16", cpu)
 

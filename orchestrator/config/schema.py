@@ -63,7 +63,7 @@ class FinetuneSpec:
     weight_decay: float = opt(0.2, min=0)    # AdamW weight decay
     train_frames: int = opt(16, min=1)       # frames decoded per train video (uniform rule)
     frames_per_clip: int = opt(4, min=1)     # of those, random frames per clip per training step
-    precision: str = opt("auto", choices=("fp32", "bf16", "auto"))   # auto: bf16 where the device has it natively
+    precision: str = opt("auto", choices=("fp32", "bf16", "auto"))  # auto: bf16 on GPUs; CPUs: native bf16, 50M+ params
     xpool_init_from_clip4clip: bool = True   # start X-Pool from the fine-tuned mean-pooling model (faster)
     xpool_steps: int | None = opt(150, min=1)  # steps for X-Pool when initialised from clip4clip (None: steps)
     # "quick": the keys above; "xpool" / "clip4clip": a published trainer's schedule, whose numbers replace steps,

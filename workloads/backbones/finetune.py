@@ -38,17 +38,36 @@ from workloads.seeding import digest
 from workloads.video_io import VideoDecodeError, read_frames, resize_center_crop
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """"auto" -> "bf16" on a GPU with bf16 and on CPUs whose oneDNN has native bf16 (AVX-512 BF16, AMX, Arm bf16),
-    else "fp32": on a CPU without it, bf16 autocast is emulated and ran ~10x slower than fp32 (measured: 6.5 s vs 0.6 s
-    per mlvp-tiny step on an AVX2-only machine). The key keeps "auto"; the record keeps what it resolved to."""
+# Below this many parameters a CPU fine-tunes faster in fp32 than in native bf16 autocast: the casts around each small
+# matmul cost more than the bf16 kernels save. Measured with benchmarks/finetune_precision.py on a 2-core Xeon with
+# AMX (benchmarks/RESULTS.md, "Fine-tuning precision on a CPU"): mlvp-tiny (8M) 1.45x faster in fp32, ViT-B/32
+# (151M) 1.67x faster in bf16; the threshold lies between the two measured sizes.
+CPU_BF16_MIN_PARAMS = 50_000_000
+
+
+def resolve_precision(precision: str, device: torch.device, params: int | None = None) -> str:
+    """"auto" -> "bf16" on a GPU with bf16; on a CPU, "bf16" only where oneDNN has native bf16 (AVX-512 BF16, AMX,
+    Arm bf16) and the model has at least CPU_BF16_MIN_PARAMS parameters (`params`; None counts as large), else
+    "fp32". Without native bf16 the autocast is emulated, ~10x slower than fp32 (measured: 6.5 s vs 0.6 s per
+    mlvp-tiny step on an AVX2-only machine); with it, a small model still runs faster in fp32. The key keeps "auto";
+    the record keeps what it resolved to."""
     if precision not in ("fp32", "bf16", "auto"):
         raise ValueError(f"precision must be 'fp32', 'bf16' or 'auto', got {precision!r}")
     if precision != "auto":
         return precision
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if device.type == "cpu" and cpu_has_native_bf16() else "fp32"
+    large = params is None or params >= CPU_BF16_MIN_PARAMS
+    return "bf16" if device.type == "cpu" and large and cpu_has_native_bf16() else "fp32"
+
+
+def _auto_reason(precision: str, device: torch.device, params: int) -> str:
+    """Why "auto" resolved as it did, for the fine-tune's log line."""
+    if device.type != "cpu" or precision == "bf16":
+        return "native bf16" if precision == "bf16" else "no bf16 on this device"
+    if params < CPU_BF16_MIN_PARAMS:
+        return f"fp32 is faster on a CPU below {CPU_BF16_MIN_PARAMS / 1e6:.0f}M parameters"
+    return "no native bf16 here"
 
 
 def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
@@ -494,10 +513,11 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
         plans = list(plans)
 
     opt, sched = optimizer(model, config, total_steps=steps, dataset=train.dataset)
-    precision = resolve_precision(config.precision, device)
+    params = sum(p.numel() for p in model.parameters())
+    precision = resolve_precision(config.precision, device, params)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     log(f"training {config.backbone} ({config.recipe} recipe, {steps} steps) on {device} in {precision}"
-        + (f" (precision auto: {'native bf16' if precision == 'bf16' else 'no native bf16 here'})"
+        + (f" (precision auto: {_auto_reason(precision, device, params)})"
            if config.precision == "auto" else "")
         + (f", batches assembled by {config.workers} worker processes" if config.workers else ""))
     # a generator of its own: the loader's seed draw must not move torch's global stream (dropout in the X-Pool
