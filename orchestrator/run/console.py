@@ -41,8 +41,11 @@ def quiet_libraries(log: Path | None, verbose: bool = False) -> Iterator[Console
     starts (Ray's raylet and workers, the MLflow tracking process), goes to `log` (appended); yields the console
     that still writes to the terminal. With `verbose` or without a log, nothing is redirected."""
     if verbose or log is None:
+        if not _is_terminal(1):
+            _no_library_colours()
         yield make_console()
         return
+    _no_library_colours()
     log.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -68,6 +71,20 @@ def quiet_libraries(log: Path | None, verbose: bool = False) -> Iterator[Console
         out.close()
         if terminal is not streams[0]:
             terminal.close()
+
+
+def _no_library_colours() -> None:
+    """Ray wraps its workers' log prefixes in ANSI colour codes whatever its output is; its own switch,
+    RAY_COLOR_PREFIX=0, turns them off, for output that goes to a log file or a pipe (read by Ray's driver when it
+    prints each line). A value the user set stays."""
+    os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+
+
+def _is_terminal(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
 
 
 def _is_fd(stream, fd: int) -> bool:
