@@ -202,7 +202,7 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     from orchestrator.record.ledger import TrialLedger
     from orchestrator.planning.paths import Paths
     from orchestrator.planning.plan import build_plan, missing_videos
-    from orchestrator.record.recorder import LiveRecorder
+    from orchestrator.record.recorder import LiveRecorder, TrialColumns
     from orchestrator.run.options import SubmitReport
     from orchestrator.run.finish import finish
     from orchestrator.record.sync import ledger_as_of, new_submission_id, select_trials, start_parent, sync_store
@@ -229,7 +229,7 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     progress = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(), console=console)
     recorder = LiveRecorder(ledger, tracker, lambda: report.parent_run_id, grid.name, submission, progress,
-                            progress.add_task("trials", total=len(todo), failed=0))
+                            progress.add_task("trials", total=len(todo), failed=0), TrialColumns.for_plan(plan))
     as_of = ledger_as_of(plan, ledger, todo)
 
     def open_store():   # as submit: on the tracker's thread, before the trial runs it logs

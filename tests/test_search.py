@@ -142,19 +142,19 @@ def test_the_cost_model_prices_every_seed_of_a_render_set(tmp_path):
 
 
 def test_a_searched_trials_console_line_names_its_configuration(tmp_path):
-    """The line `submit` prints as each trial finishes (orchestrator/record/recorder.py `trial_line`), on the trials
-    of the shipped hp_selection grid: a searched configuration's line carries the values its search varies, so the
-    configurations of one cell read apart; the grid's own configuration's line is the method alone, as before."""
+    """The line `submit` prints as each trial finishes (orchestrator/record/recorder.py `TrialColumns`), on the trials
+    of the shipped hp_selection grid: a searched configuration's line carries the values its search varies, after its
+    result, so the configurations of one cell read apart; the grid's own configuration's line has none, as before.
+    Alignment, seeds and failures: tests/test_trial_lines.py."""
     from rich.text import Text
 
     from orchestrator.config.shipped import shipped_grids
     from orchestrator.planning.plan import plan_for_sizing
-    from orchestrator.planning.search import searched_options
-    from orchestrator.record.recorder import trial_line
+    from orchestrator.record.recorder import TrialColumns, trial_line
 
     plan = plan_for_sizing(shipped_grids()["hp_selection"], Paths.make(tmp_path / "results", tmp_path / "cache"))
-    names = searched_options(plan.grid)
-    assert names["tent"] == ("lr", "temperature", "steps")
+    columns = TrialColumns.for_plan(plan)
+    assert columns.searched["tent"] == ("lr", "temperature", "steps")
     cell = [t for t in plan.trials if t.method == "tent" and t.seed == 0 and t.perturbation == "gaussian_noise"]
     own = next(t for t in cell if not t.config)
     searched = [t for t in cell if t.config]
@@ -163,19 +163,20 @@ def test_a_searched_trials_console_line_names_its_configuration(tmp_path):
     def line(spec, status="ok"):
         result = {"spec": spec.to_dict(), "status": status, "metrics": {"R1": 12.5, "hub_skewness": 1.25},
                   "timings": {"total_s": 2.0}, "error": "RuntimeError: NaN scores"}
-        return Text.from_markup(trial_line(result, names)).plain   # as the console shows it
+        return Text.from_markup(trial_line(result, columns)).plain   # as the console shows it
 
-    assert line(own).split() == ["synthetic", "clip4clip", "tent", "v2t", "gaussian_noise-5", "R@1", "12.5", "skew",
-                                 "1.25", "(2.0s)"]
+    assert line(own).split() == ["synthetic", "clip4clip", "tent", "v2t", "gaussian_noise-5", "seed", "0", "R@1",
+                                 "12.5", "skew", "1.25", "(2.0s)"]
     lines = [line(t) for t in searched]
     assert len(set(lines)) == len(searched)   # every configuration of the cell reads apart
     for t, text in zip(searched, lines):
         options = json.loads(t.options)
         config = f"lr={options['lr']:.3g} temperature={options['temperature']:.3g} steps={t.steps}"
-        assert f" tent {config} v2t " in text and "\n" not in text, text
+        assert text.endswith(f"  {config}") and "\n" not in text, text
         assert text.replace(f" {config}", "").split() == line(own).split()   # only the configuration added
     failed = line(searched[0], "failed")
-    assert f"lr={json.loads(searched[0].options)['lr']:.3g}" in failed and "FAILED RuntimeError: NaN scores" in failed
-    # a grid without a search (or a recorder not told of it) keeps the method alone, or names the configuration
+    assert f"lr={json.loads(searched[0].options)['lr']:.3g}" in failed and failed.endswith("  RuntimeError: NaN scores")
+    assert failed.split()[7] == "failed" and "R@1" not in failed
+    # a recorder not told of the search names the configuration, last
     assert trial_line({"spec": searched[0].to_dict(), "status": "ok", "metrics": {"R1": 1.0, "hub_skewness": 0.0},
-                       "timings": {}}, {}).split()[2:4] == ["tent", searched[0].config]
+                       "timings": {}}).split()[-1] == searched[0].config

@@ -151,11 +151,29 @@ def config_text(spec, names: dict[str, tuple[str, ...]]) -> str:
     if not varied:
         return spec.config
     options = spec.method_options
-    parts = []
-    for name in varied:
-        value = spec.steps if name == "steps" else options.get(name)
-        parts.append(f"{name}={value:.3g}" if isinstance(value, float) else f"{name}={value}")
-    return " ".join(parts)
+    return " ".join(f"{name}={_value_text(spec.steps if name == 'steps' else options.get(name))}" for name in varied)
+
+
+def _value_text(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def config_text_width(grid, entry: str) -> int:
+    """The widest `config_text` any configuration of a method entry can have (0 when the grid searches nothing for
+    it): known before the first trial, so a submission's console columns fit the configurations TPE proposes while
+    it runs as well as the ones drawn at plan time."""
+    widths = []
+    for d in method_domains(grid, entry):
+        if d.is_list:
+            value = max(len(_value_text(_rounded(v))) for v in d.values)   # as split_config keeps them
+        elif d.distribution == "randint":
+            value = max(len(str(int(d.low))), len(str(int(d.high))))
+        else:
+            # `.3g` writes a float as at most "1.23e-05" or "0.000123", sign included where the range is negative:
+            # no wider than the range's ends written as "%.2e"
+            value = max(len(f"{d.low:.2e}"), len(f"{d.high:.2e}"))
+        widths.append(len(d.name) + 1 + value)
+    return sum(widths) + max(len(widths) - 1, 0)
 
 
 def search_line(plan) -> str:

@@ -39,10 +39,10 @@ from orchestrator.planning.environment import checkpoint_paths, trial_environmen
 from orchestrator.planning.needs import set_need, trial_needs
 from orchestrator.planning.paths import Paths, check_writable
 from orchestrator.planning.plan import Plan, build_plan, check_hub_k, missing_videos, plan_for_sizing
-from orchestrator.planning.search import searched_options, tpe_streams
+from orchestrator.planning.search import tpe_streams
 from orchestrator.record.ledger import TrialLedger
 from orchestrator.record.mlflow_store import check_store, default_tracking_uri
-from orchestrator.record.recorder import LiveRecorder
+from orchestrator.record.recorder import LiveRecorder, TrialColumns
 from orchestrator.record.sync import ledger_as_of, new_submission_id, select_trials, start_parent, sync_store
 from orchestrator.record.tracker_process import TrackerProcess
 from orchestrator.run import ray_env
@@ -130,7 +130,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     pipeline = Pipeline(plan, gate, ledger, console, progress, opts, report, submission)
     recorder = LiveRecorder(ledger, tracker, lambda: report.parent_run_id, grid.name, submission, progress,
                             progress.add_task("trials", total=len(todo), unit="trials", failed=0, note=""),
-                            searched_options(grid))
+                            TrialColumns.for_plan(plan))
     tpe = TPESearches(plan, ledger, gate) if tpe_streams(plan) else None   # TPE proposes as results come in
     on_result, on_crash = recorder.result, recorder.crash
     if tpe is not None:
