@@ -51,6 +51,13 @@ def run_cli(*args, env=None, timeout=420) -> subprocess.CompletedProcess:
                           env=env or cli_env(), timeout=timeout)
 
 
+def library_log(results: Path) -> str:
+    """The tail of the libraries' log of the submission (results/<grid>/logs/): where Python reports an exception it
+    swallowed ("Exception ignored in ..."), since stderr goes there."""
+    logs = sorted(results.glob("*/logs/*.log"))
+    return ("\n-- " + str(logs[-1]) + "\n" + logs[-1].read_text()[-3000:]) if logs else ""
+
+
 def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None, log: Path | None = None):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -133,7 +140,7 @@ def test_sigint_exits_130_marks_parent_killed_and_points_to_resume(tmp_path, pre
     finally:
         reap(proc)
     out = log.read_text()
-    assert rc == 130, out[-3000:]
+    assert rc == 130, out[-3000:] + library_log(results)
     assert "mlvp resume" in out and "Tuner.restore" not in out
     run = MlflowClient(default_tracking_uri(results)).get_run(parent_id(log))
     assert run.info.status == "KILLED"

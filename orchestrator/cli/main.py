@@ -10,7 +10,7 @@ from pathlib import Path
 from orchestrator.config.errors import GridError
 from orchestrator.planning.clean_check import DEFAULT_TOLERANCE
 from orchestrator.record.mlflow_store import TrackingUnavailable
-from orchestrator.run.console import handle_sigterm, stopped_by_sigterm
+from orchestrator.run.interrupts import handle_signals, stopped_by_sigterm, taken
 from orchestrator.run.ray_env import ClusterError
 from workloads.versions import software_versions
 
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    handle_sigterm()
+    handle_signals()
     # the commands import pandas and the registries (~1 s): after the arguments parse, so --help answers at once
     from orchestrator.cli import commands
 
@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:   # a submission has said what is kept and how to resume (run/submit.py)
+        taken()
         if stopped_by_sigterm(err):
             print("stopped by SIGTERM", file=sys.stderr)
             return 143

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -98,33 +96,6 @@ def _is_fd(stream, fd: int) -> bool:
 def log_path(results_grid_dir: Path, command: str) -> Path:
     """Where a command's library output goes: results/<grid>/logs/<command>-<time>.log."""
     return results_grid_dir / "logs" / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what `timeout`, Slurm and Kubernetes send to stop a job): handled as Ctrl-C is, as an interrupt that
-    unwinds through Ray Tune's loop, so the finished trials stay recorded and the parent run is closed KILLED."""
-
-
-_SIGTERM = {"received": False}
-
-
-def _raise_terminated(signum, frame) -> None:
-    _SIGTERM["received"] = True
-    raise Terminated()
-
-
-def stopped_by_sigterm(err: BaseException) -> bool:
-    """Whether an interrupt came from SIGTERM. The interrupt that unwinds the submission may be another
-    KeyboardInterrupt than ours (a stopped stage raises its own: orchestrator/run/pipeline.py `_wait`), so the
-    signal's arrival is remembered too."""
-    return isinstance(err, Terminated) or _SIGTERM["received"]
-
-
-def handle_sigterm() -> None:
-    """Turn SIGTERM into `Terminated` in the main thread. Called again after Ray starts: Ray's core installs its own
-    handler for SIGTERM (it prints a C++ stack trace and exits)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console, verbose: bool = False) -> None:

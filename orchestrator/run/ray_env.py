@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 from orchestrator.planning.resources import Cluster
-from orchestrator.run.console import handle_sigterm
+from orchestrator.run.interrupts import handle_signals
 
 # Tune's auto CSV/JSON loggers keep ~300 KB per finished trial on the driver and write 5 files per trial; our
 # ledger and MLflow replace them. Trials use absolute paths, so no chdir into trial dirs.
@@ -74,7 +74,7 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard
             raise ClusterError(f"the Ray cluster at {address} refused this driver's token: copy the head's token "
                                "(`ray get-auth-token` there) to ~/.ray/auth_token here, or set RAY_AUTH_TOKEN"
                                ) from None
-    handle_sigterm()   # Ray's core installed its own SIGTERM handler (a C++ stack dump): ours is the interrupt
+    handle_signals()   # Ray's core installed its own SIGTERM handler (a C++ stack dump): ours is the interrupt
     url = ctx.dashboard_url
     return {"dashboard_url": f"http://{url}" if url and not url.startswith("http") else url,
             "address": ctx.address_info.get("address") or ctx.address_info.get("gcs_address")}

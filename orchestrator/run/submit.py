@@ -46,7 +46,8 @@ from orchestrator.record.recorder import LiveRecorder, TrialColumns
 from orchestrator.record.sync import ledger_as_of, new_submission_id, select_trials, start_parent, sync_store
 from orchestrator.record.tracker_process import TrackerProcess
 from orchestrator.run import ray_env
-from orchestrator.run.console import make_console, print_plan, stopped_by_sigterm
+from orchestrator.run.console import make_console, print_plan
+from orchestrator.run.interrupts import raise_if_pending, stopped_by_sigterm, taken
 from orchestrator.run.finish import finish
 from orchestrator.run.gate import ReadyGate
 from orchestrator.run.options import TRIAL_HOOK_ENV, SubmitOptions, SubmitReport
@@ -167,8 +168,10 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
                        on_result=on_result, on_crash=on_crash, gate=gate,
                        reuse_actors=pipeline.slots >= 2, wave=rt.trials_per_wave)
             pipeline.finish()   # the render sets no remaining trial needed, the text sets; re-raises a stage error
+            raise_if_pending()   # a Ctrl-C swallowed on its way (orchestrator/run/interrupts.py)
             progress.update(recorder.task, advance=pipeline.checked)   # the clean cells the check ran: of the total
     except KeyboardInterrupt as err:   # Ctrl-C, or SIGTERM (Terminated): the finished trials stay recorded
+        taken()   # not raised again by Tune's loop (orchestrator/run/interrupts.py)
         status, stopped = "KILLED", err
         pipeline.stop()
         why = "stopped by SIGTERM" if stopped_by_sigterm(err) else "interrupted"

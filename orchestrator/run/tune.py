@@ -49,6 +49,7 @@ from orchestrator.config.schema import TRIALS_PER_WAVE
 from orchestrator.planning.environment import TrialEnvironment
 from orchestrator.record.mlflow_store import run_name
 from orchestrator.run.gate import ReadyGate
+from orchestrator.run.interrupts import raise_if_pending
 from workloads.spec import TrialSpec
 
 
@@ -191,6 +192,7 @@ class GatedSearcher(Searcher):
         return True
 
     def suggest(self, trial_id: str):
+        raise_if_pending()
         if self.quota is not None and self.handed >= self.quota:
             return Searcher.FINISHED
         spec = self.gate.pop()
@@ -267,6 +269,7 @@ class FirstPendingScheduler(FIFOScheduler):
         self._finished_prefix = 0
 
     def choose_trial_to_run(self, tune_controller) -> Trial | None:
+        raise_if_pending()   # Tune's loop asks on every step: a Ctrl-C swallowed by a finalizer stops it here
         trials = tune_controller.get_trials()
         start = self._finished_prefix
         while start < len(trials) and trials[start].status in (Trial.TERMINATED, Trial.ERROR):
@@ -303,6 +306,7 @@ class RecordingScheduler(FirstPendingScheduler):
         return {**self.__dict__, "seen": set(self.seen), "on_result": _ignore, "on_crash": _ignore}
 
     def on_trial_result(self, tune_controller, trial, result):
+        raise_if_pending()
         if "result_json" in result and trial.trial_id not in self.seen:
             self.seen.add(trial.trial_id)
             self.on_result(json.loads(result["result_json"]))
@@ -387,6 +391,7 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
     waves = trials = errors = 0
     try:
         while not gate.closed:
+            raise_if_pending()
             left = gate.remaining()
             if left == 0:
                 break
@@ -408,6 +413,7 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
             )
             with _tune_settings_for_many_trials():
                 tuner.fit()
+            raise_if_pending()
             errors += scheduler.crashed
             handed, ended_idle = searcher.handed, searcher.ended_idle
             trials += handed
