@@ -73,9 +73,10 @@ def noop_trainable(config, env):
     # actors against 8, plain Tune 198 s against 68: docs/notes/2026-11-results-history.md §15)
     from workloads.trial import TrialResult
 
-    if env.get("sleep"):
-        import time as _time
+    import time as _time
 
+    started = _time.time()
+    if env.get("sleep"):
         _time.sleep(env["sleep"])
     if "spec" in config:
         spec = TrialSpec.from_dict(config["spec"])
@@ -94,6 +95,11 @@ def noop_trainable(config, env):
                          faithful_renders=1.0, timings={"gallery_s": 0.0, "adapt_s": 0.0, "total_s": 0.0,
                                                         "per_query_ms": 0.0},
                          environment={"host": "noop"})
+    if env.get("timeline"):   # when this trial held its slot, for `slot_use` (a file per trial: no shared writes)
+        import os as _os
+
+        with open(_os.path.join(env["timeline"], spec.key), "w") as fh:
+            fh.write(f"{_os.getpid()} {started} {_time.time()}")
     if "spec" in config:   # ours reports as orchestrator/run/tune.py `trial_trainable` does: the result as one string
         tune.report({"result_json": json.dumps(result.to_dict())})
     else:                  # plain Tune as its users write it: the metrics, and the rest alongside
@@ -164,7 +170,33 @@ class RSS:
             return self.peak
 
 
-def plain_tune(specs, storage: Path, cpus: float, sleep: float = 0.0) -> float:
+def slot_use(timeline: Path, slots: int) -> dict:
+    """From the trials' own start and end times (`noop_trainable`): the share of the slots' time that trials held
+    from the first start to the last end, and the hand-off gaps (a worker's next trial start minus its previous trial's
+    end: what the driver's loop takes to give a freed slot its next trial)."""
+    rows = [f.read_text().split() for f in timeline.iterdir()]
+    if not rows:
+        return {}
+    spans = sorted((int(pid), float(a), float(b)) for pid, a, b in rows)
+    first, last = min(a for _, a, _ in spans), max(b for _, _, b in spans)
+    gaps = [a2 - b1 for (p1, _, b1), (p2, a2, _) in zip(spans, spans[1:]) if p1 == p2]
+    gaps.sort()
+    pick = (lambda q: gaps[min(len(gaps) - 1, int(q * len(gaps)))]) if gaps else (lambda q: float("nan"))
+    return {"busy": sum(b - a for _, a, b in spans) / (slots * (last - first)), "span_s": last - first,
+            "workers": len({p for p, _, _ in spans}), "gap_median_s": pick(0.5), "gap_p90_s": pick(0.9),
+            "gap_max_s": gaps[-1] if gaps else float("nan")}
+
+
+def slots_line(figures: dict) -> str:
+    u = figures.get("slots") or {}
+    if not u:
+        return "slots: no trial timeline"
+    return (f"slots busy {100 * u['busy']:.1f}% of {u['span_s']:.1f} s (first trial start to last end), "
+            f"{u['workers']} trial workers; hand-off gap median {u['gap_median_s']:.3f} s, p90 "
+            f"{u['gap_p90_s']:.3f} s, max {u['gap_max_s']:.3f} s")
+
+
+def plain_tune(specs, storage: Path, cpus: float, sleep: float = 0.0, timeline: str | None = None) -> float:
     """A plain Tune grid of the same size, written as a Tune user would: one grid_search per axis (dataset, method,
     backbone, (perturbation, severity) cell), the same trainable and Tuner settings as orchestrator/run/tune.py;
     nothing recorded. (A grid_search over a list of thousands of spec dicts is quadratic in Tune: its variant
@@ -178,7 +210,7 @@ def plain_tune(specs, storage: Path, cpus: float, sleep: float = 0.0) -> float:
     if len(cells) * len(axes["dataset"]) * len(axes["method"]) * len(axes["backbone"]) != len(specs):
         cells = cells[:max(1, len(specs) // (len(axes["dataset"]) * len(axes["method"]) * len(axes["backbone"])))]
     trainable = tune.with_resources(tune.with_parameters(noop_trainable, env={"template": specs[0].to_dict(),
-                                                                               "sleep": sleep}),
+                                                                               "sleep": sleep, "timeline": timeline}),
                                     {"cpu": cpus, "gpu": 0})
     space = {**{k: tune.grid_search(v) for k, v in axes.items()}, "cell": tune.grid_search(cells)}
     tuner = tune.Tuner(trainable, param_space=space, tune_config=tune.TuneConfig(reuse_actors=True),
@@ -190,7 +222,7 @@ def plain_tune(specs, storage: Path, cpus: float, sleep: float = 0.0) -> float:
 
 
 def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict,
-         wave: int | None = None, sleep: float = 0.0) -> tuple[float, int]:
+         wave: int | None = None, sleep: float = 0.0, timeline: str | None = None) -> tuple[float, int]:
     """Our driver path around the trials (see the module docstring); returns (seconds, trials recorded)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -240,7 +272,7 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     # the store opens, and the parent run starts, on the tracker's thread meanwhile (as in submit)
     marks["setup_rss"], marks["setup_s"] = RSS().now(), time.perf_counter() - t0
     # the only substitution: the trial's body, through run_trials' own seam (`trainable`)
-    body = tune.with_parameters(noop_trainable, env={"sleep": sleep})
+    body = tune.with_parameters(noop_trainable, env={"sleep": sleep, "timeline": timeline})
     t_trials = time.perf_counter()
     with progress:
         tune_mod.run_trials(todo, None, storage_path=str(paths.grid_dir(grid.name) / "tune"), name=submission,
@@ -298,8 +330,11 @@ def side(args) -> dict:
         r0 = rss.now()
         out["rss_base_mb"] = r0 / 2**20
         rss.start()
+        timeline = work / f"timeline-{args.side}"
+        shutil.rmtree(timeline, ignore_errors=True)
+        timeline.mkdir()
         if args.side == "plain":
-            out["seconds"] = plain_tune(specs, work / "plain", 1, args.trial_seconds)
+            out["seconds"] = plain_tune(specs, work / "plain", 1, args.trial_seconds, str(timeline))
             out["recorded"] = len(specs)
         else:
             prof = cProfile.Profile() if args.profile else None
@@ -308,7 +343,7 @@ def side(args) -> dict:
             marks: dict = {}
             wave = TRIALS_PER_WAVE if args.wave is None else (args.wave or None)
             out["seconds"], out["recorded"] = ours(grid_path, work / "results", args.trials, open(os.devnull, "w"),
-                                                   marks, wave, args.trial_seconds)
+                                                   marks, wave, args.trial_seconds, str(timeline))
             if prof:
                 prof.disable()
                 prof.dump_stats(args.profile)
@@ -316,6 +351,7 @@ def side(args) -> dict:
                                               "outputs_apart", "tracker_peak_mb")})
             out["setup_growth_mb"] = (marks["setup_rss"] - r0) / 2**20
             out["driver_imported_mlflow"] = "mlflow" in sys.modules   # it belongs to the tracking process
+        out["slots"] = slot_use(timeline, args.slots)
         peak, end = rss.stop(), rss.now()
         out["growth_peak_mb"], out["growth_end_mb"] = (peak - r0) / 2**20, (end - r0) / 2**20
         step = max(1, len(rss.trace) // 12)
@@ -389,6 +425,7 @@ def main() -> int:
         print(f"plain Tune{tag}: {t_plain:.1f} s ({n / t_plain:.1f} trials/s); driver RSS "
               f"+{plain['growth_end_mb']:.0f} MB at the end, peak +{plain['growth_peak_mb']:.0f} MB (after the "
               f"warm-up, at {plain['rss_base_mb']:.0f} MB)", flush=True)
+        print("  " + slots_line(plain), flush=True)
         shutil.rmtree(work / "results", ignore_errors=True)
         mine = run_side("ours", args, work)
         mines.append(mine)
@@ -398,6 +435,7 @@ def main() -> int:
               f"+{mine['growth_peak_mb']:.0f} MB (after the warm-up, at {mine['rss_base_mb']:.0f} MB), of which "
               f"setup (plan, ledger, the tracking process started) +{mine['setup_growth_mb']:.0f} MB and the "
               f"trials +{mine['growth_peak_mb'] - mine['setup_growth_mb']:.0f} MB", flush=True)
+        print("  " + slots_line(mine), flush=True)
     # MLflow (orchestrator/record/tracker_process.py), the tables and the report (orchestrator/report/outputs.py)
     # run in processes of their own: their peaks, apart from the driver's
     outputs = (f"tables and report in their child process: peak RSS {mine['outputs_peak_mb'] or 0:.0f} MB"
