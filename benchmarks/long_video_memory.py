@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.real_video import generate
 from workloads.perturbations.video import NAMES
-from workloads.render_memory import measure, render_bytes
+from workloads.render_memory import measure, render_bytes, worker_bytes
 
 GIB = 1 << 30
 LIMIT = 2 * GIB
@@ -135,7 +135,7 @@ def ray_worker(folder: Path, names: list[str], sizes: list[tuple[int, int]], sec
     results = []
     for w, h in sizes:
         path, frames = clip(folder, seconds, w, h), seconds * 30
-        declared = render_bytes(w, h, frames)   # what orchestrator/stages/render.py `render_task_memory` reserves
+        declared = worker_bytes(w, h, frames)   # what orchestrator/stages/render.py `render_task_memory` reserves
         rows = [{"dataset": "memory", "data_version": "v", "video_id": f"{n}-{v}", "video_path": str(path),
                  "requests": json.dumps([[n, s, "", 0] for s in (1, 2, 3, 4, 5)]), "extra_assets": "{}"}
                 for n in names for v in range(videos)]
@@ -165,7 +165,7 @@ def ray_worker(folder: Path, names: list[str], sizes: list[tuple[int, int]], sec
             t = by_type[n]
             print(f"    after {n}: peak {t['hwm'] / 2**20:.0f} MiB (before it {t['hwm_base'] / 2**20:.0f}), RSS "
                   f"{t['rss_end'] / 2**20:.0f} MiB, "
-                  f"model for the type alone {render_bytes(w, h, frames, n) / 2**20:.0f} MiB, "
+                  f"a fresh process's model for the type {render_bytes(w, h, frames, n) / 2**20:.0f} MiB, "
                   f"{'ok' if set(t['status']) == {'ok'} else t['status']}", file=sys.stderr, flush=True)
         results.append({"size": (w, h), "declared": declared, "pids": sorted(pids), "types": by_type,
                         "rss_pre": first["rss_pre"], "rss_base": first["rss_base"], "hwm_base": first["hwm_base"]})

@@ -37,7 +37,7 @@ from orchestrator.planning.plan import Plan
 from orchestrator.planning.render_sets import RenderSet, plan_render_rows, plan_set_rows
 from workloads.ocr import get_engine
 from workloads.render_cache import RenderCache, RenderKey
-from workloads.render_memory import render_bytes
+from workloads.render_memory import worker_bytes
 
 
 @dataclass
@@ -147,16 +147,17 @@ def quiet_ray_data():
 
 
 def render_task_memory(plan: Plan, datasets, sizes: dict | None = None) -> int:
-    """Bytes each render task reserves in Ray (`memory=`): the measured peak of the largest perturbation type
-    (workloads/render_memory.py `render_bytes`) at the largest of these datasets' source clips (mean size from a sample
+    """Bytes each render task reserves in Ray (`memory=`): the measured peak of a Ray Data render worker at the largest
+    perturbation type (workloads/render_memory.py `worker_bytes`: a worker holds more than a fresh process and keeps
+    what earlier rows grew) at the largest of these datasets' source clips (mean size from a sample
     of their videos, else typical: orchestrator/planning/cost_model.py `clip_size`). Ray schedules by it, so a node
     runs only as many renders as its memory holds; it is a reservation, not a limit. `sizes`: dataset -> clip size
     already read (filled here), so a caller rendering in batches probes each dataset's videos once."""
     sizes = {} if sizes is None else sizes
     for d in set(datasets) - set(sizes):
         sizes[d] = clip_size(d, plan.datasets[d])
-    return max((render_bytes(max(1, round(c.width)), max(1, round(c.height)), max(1, round(c.fps * c.seconds)))
-                for c in (sizes[d] for d in set(datasets))), default=render_bytes(320, 240, 300))
+    return max((worker_bytes(max(1, round(c.width)), max(1, round(c.height)), max(1, round(c.fps * c.seconds)))
+                for c in (sizes[d] for d in set(datasets))), default=worker_bytes(320, 240, 300))
 
 
 def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
