@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from workloads.perturbations.video import NAMES
-from workloads.render_memory import measure, render_bytes
+from workloads.render_memory import measure, render_bytes, worker_bytes
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +87,8 @@ def test_a_measured_peak_is_the_childs_own_not_the_parents(tmp_path):
 def test_a_ray_data_render_worker_peaks_under_what_its_task_reserves(tmp_path):
     # Where the figure is used: the render stage's task function (orchestrator/stages/render.py `render_rows`) in one
     # Ray Data worker that renders every type in turn, a row each (a video x a type x its severities) as
-    # RenderStream runs them, under the `memory=` that `render_task_memory` gives for this clip. Such a worker holds
+    # RenderStream runs them, under the `memory=` that `render_task_memory` gives for this clip (`worker_bytes`;
+    # tests/test_cost_model.py checks the two agree). Such a worker holds
     # ~125 MiB more than a fresh process after the same imports, and its RSS stays at an earlier type's peak:
     # reserving the fresh process's figure (render_bytes), workers peaked at 1.10-1.18x of it
     # (workloads/render_memory.py, "Where it is declared").
@@ -95,14 +96,13 @@ def test_a_ray_data_render_worker_peaks_under_what_its_task_reserves(tmp_path):
 
     import ray
 
-    from orchestrator.planning.cost_model import ClipSize
     from orchestrator.run.ray_env import start_ray
-    from orchestrator.stages.render import render_rows, render_task_memory
+    from orchestrator.stages.render import render_rows
 
     w, h, seconds = 320, 240, 3   # MSRVTT's size; a row's working set does not grow with the length
     clip = tmp_path / "small.mp4"
     write_clip(clip, seconds * FPS, w, h, FPS)
-    declared = render_task_memory(None, ["small"], {"small": ClipSize.of(w, h, FPS, seconds, "this test's clip")})
+    declared = worker_bytes(w, h, seconds * FPS)
     types = ["clean", *NAMES]
     rows = [{"dataset": "small", "data_version": "v", "video_id": name, "video_path": str(clip),
              "requests": json.dumps([[name, s, "", 0] for s in (1, 2, 3, 4, 5)]), "extra_assets": "{}"}
