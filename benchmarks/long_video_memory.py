@@ -122,8 +122,8 @@ def ray_worker_rows(batch, **kwargs):
             "hwm_base": [hwm_base] * n, "hwm": [hwm] * n, "rss_end": [rss_end] * n}
 
 
-def ray_worker(folder: Path, names: list[str], sizes: list[tuple[int, int]], seconds: int, videos: int = 1
-               ) -> list[dict]:
+def ray_worker(folder: Path, names: list[str], sizes: list[tuple[int, int]], seconds: int, videos: int = 1,
+               trace: bool = False) -> list[dict]:
     """Every type's row (five severities) through one Ray Data worker per clip size (module docstring, --ray);
     `videos` rows per type (the same clip under as many video ids), type after type as RenderStream orders them."""
     import json
@@ -156,6 +156,11 @@ def ray_worker(folder: Path, names: list[str], sizes: list[tuple[int, int]], sec
                                                                              "hwm_base")}, "status": []})
             t.update(hwm=r["hwm"], rss_end=r["rss_end"])   # after the type's last row
             t["status"].append(r["status"])
+        if trace:   # the worker's peak and RSS after each row, in order
+            seen = [r for i, r in enumerate(out) if i == len(out) - 1 or out[i + 1]["video_id"] != r["video_id"]]
+            print("    rows (peak/RSS MiB after each): " + ", ".join(
+                f"{r['perturbation']} {r['hwm'] / 2**20:.0f}/{r['rss_end'] / 2**20:.0f}" for r in seen),
+                file=sys.stderr, flush=True)
         pids = {t["pid"] for t in by_type.values()}
         first = min(by_type.values(), key=lambda t: t["hwm"])
         print(f"  {w}x{h}: {len(out)} clips, worker(s) {sorted(pids)}, RSS before imports "
@@ -182,6 +187,7 @@ def main(argv=None) -> int:
     ap.add_argument("--calibrate", action="store_true", help="measure PER_PIXEL on 10 s clips (module docstring)")
     ap.add_argument("--ray", action="store_true", help="in a Ray Data render worker (module docstring)")
     ap.add_argument("--videos", type=int, default=1, help="--ray: rows per type (default 1)")
+    ap.add_argument("--trace", action="store_true", help="--ray: the worker's peak and RSS after every row")
     ap.add_argument("--sizes", default="320x240,640x360", help="--ray: clip sizes (default 320x240,640x360)")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "mlvp-long-video")
     args = ap.parse_args(argv)
@@ -192,7 +198,7 @@ def main(argv=None) -> int:
     if args.ray:
         sizes = [tuple(int(v) for v in s.lower().split("x")) for s in args.sizes.split(",")]
         seconds = 10 if args.seconds == 180 else args.seconds
-        results = ray_worker(args.dir, names, sizes, seconds, args.videos)
+        results = ray_worker(args.dir, names, sizes, seconds, args.videos, args.trace)
         print(f"Command: `python benchmarks/long_video_memory.py {' '.join(sys.argv[1:] if argv is None else argv)}`"
               f"; {seconds} s clips, one Ray Data worker per size, {args.videos} row(s) per type (five severities), "
               "type after type")
