@@ -43,12 +43,14 @@ torch 2.14.1+cu130, Ray 2.60.0), status_bytes readings:
 
     worker RSS before render_rows' imports 194-195 MiB, after them 685 MiB (a fresh process: BASE_BYTES, 560)
     peak (VmHWM) after every type, one row each:   320x240  903 MiB;  640x360 1,129 MiB
-    the same, 4 rows per type at 320x240: 936 MiB;  3 rows per type at 640x360: 1,132 MiB
+    the same, 4 and 12 rows per type at 320x240: 936 and 967 MiB;  3 rows per type at 640x360: 1,132 MiB
+    30 H.264 rows then 30 style transfer rows (--trace, commit 69f98b8): flat from the 11th H.264 row (880 MiB),
+    then 916 MiB for every style transfer row: the growth levels off; 40 style transfer rows alone: 816-817 MiB
     (the worker's RSS after the H.264 row stays at H.264's peak: 900 MiB at 320x240, 1,125 MiB at 640x360)
     benchmarks/dress_rehearsal_results.md (2026-11-27, 2 workers of 114-126 rows, 320x240 10-30 s): 962-965 MiB
 
-Above its base a worker peaked at 0.84-1.08x of what `render_bytes` gives above BASE_BYTES for the largest type
-(1.08: the dress rehearsal's, many videos a worker); with WORKER_GROWTH = 1.25 these peaks are 0.89-0.96 of
+Above its base a worker peaked at 0.84-1.09x of what `render_bytes` gives above BASE_BYTES for the largest type
+(1.08-1.09: many rows of every type a worker); with WORKER_GROWTH = 1.25 these peaks are 0.89-0.96 of
 `worker_bytes` (1,008 MiB at 320x240 10 s, 1,227 MiB at 640x360 10 s; 1,010 MiB at the dress rehearsal's 19.2 s
 mean), where `render_bytes` had them at 1.10-1.18. tests/test_render_memory.py checks a real worker against it.
 """
