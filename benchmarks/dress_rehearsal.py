@@ -316,7 +316,7 @@ def render_tables(plan, costs, r: dict, actors: int) -> list[str]:
     for pid, a in sorted(actors_seen.items()):
         lines.append(f"| {pid} | {a['rows']} | {len(a['types'])} | {a['hwm'] / MIB:,.0f} | "
                      f"{r['declared'] / MIB:,.0f} | {a['hwm'] / r['declared']:.2f} |")
-    lines += ["", "Declared: `render_task_memory` (workloads/render_memory.py `render_bytes`: the largest type at the "
+    lines += ["", "Declared: `render_task_memory` (workloads/render_memory.py `worker_bytes`: the largest type at the "
               "dataset's source clip size), what every render task of the stream reserved."]
     return lines
 

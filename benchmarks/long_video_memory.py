@@ -15,6 +15,13 @@ weights (the faithful path's networks on the CPU).
 
 --calibrate measures every type on 10 s clips at 640x360 and 1280x720 and prints, per type, the fit of its working
 set (peak - base, H.264's encoders subtracted) as fixed + per-pixel: workloads/render_memory.py's WORKING_SET.
+
+--ray measures where the figure is declared: the render stage's task function (orchestrator/stages/render.py
+`render_rows`) in a Ray Data task pool of one worker on a local Ray of one CPU (as the stage calls it: batch_size=1,
+TaskPoolStrategy, `memory=` what `render_task_memory` would reserve), one row per type with its five severities, one
+fresh Ray per clip size (default 320x240, MSRVTT's, and 640x360; 10 s). It prints the worker's RSS before and after
+what render_rows imports and its peak (VmHWM) after each row: workloads/render_memory.py's RAY_WORKER_BASE_BYTES and
+WORKER_GROWTH_BYTES.
 """
 # ruff: noqa: E402  (the thread-count variables must be set before numpy/OpenCV are imported)
 from __future__ import annotations
@@ -36,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.real_video import generate
 from workloads.perturbations.video import NAMES
-from workloads.render_memory import measure, render_bytes
+from workloads.render_memory import measure, render_bytes, worker_bytes
 
 GIB = 1 << 30
 LIMIT = 2 * GIB
@@ -95,6 +102,81 @@ def calibrate(folder: Path, names: list[str]) -> None:
         print(f"| {n} | {a / 2**20:.0f} | {b / 2**20:.0f} | {max(a - per * p1, 0.0) / 2**20:.0f} | {per:.0f} |")
 
 
+def ray_worker_rows(batch, **kwargs):
+    """orchestrator/stages/render.py `render_rows` in its Ray Data worker, with the worker's memory around it (each
+    output row gets it): RSS before and after what render_rows imports (cv2, torch, the render cache; only the first
+    row of a process pays them), the peak (VmHWM) then and after the row."""
+    from workloads.render_memory import status_bytes
+
+    rss_pre = status_bytes("VmRSS")
+    import cv2  # noqa: F401  (what render_rows and render_requests import)
+    import torch  # noqa: F401
+
+    import workloads.render_cache  # noqa: F401
+    from orchestrator.stages.render import render_rows
+
+    rss_base, hwm_base = status_bytes("VmRSS"), status_bytes("VmHWM")
+    out = render_rows(batch, **kwargs)
+    n, hwm, rss_end = len(out["status"]), status_bytes("VmHWM"), status_bytes("VmRSS")
+    return {**out, "pid": [os.getpid()] * n, "rss_pre": [rss_pre] * n, "rss_base": [rss_base] * n,
+            "hwm_base": [hwm_base] * n, "hwm": [hwm] * n, "rss_end": [rss_end] * n}
+
+
+def ray_worker(folder: Path, names: list[str], sizes: list[tuple[int, int]], seconds: int, videos: int = 1,
+               trace: bool = False) -> list[dict]:
+    """Every type's row (five severities) through one Ray Data worker per clip size (module docstring, --ray);
+    `videos` rows per type (the same clip under as many video ids), type after type as RenderStream orders them."""
+    import json
+
+    import ray
+
+    from orchestrator.run.ray_env import start_ray
+
+    results = []
+    for w, h in sizes:
+        path, frames = clip(folder, seconds, w, h), seconds * 30
+        declared = worker_bytes(w, h, frames)   # what orchestrator/stages/render.py `render_task_memory` reserves
+        rows = [{"dataset": "memory", "data_version": "v", "video_id": f"{n}-{v}", "video_path": str(path),
+                 "requests": json.dumps([[n, s, "", 0] for s in (1, 2, 3, 4, 5)]), "extra_assets": "{}"}
+                for n in names for v in range(videos)]
+        start_ray(None, 1, dashboard=False)
+        try:
+            ctx = ray.data.DataContext.get_current()
+            ctx.enable_progress_bars = False
+            with tempfile.TemporaryDirectory() as tmp:
+                ds = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
+                    ray_worker_rows, batch_size=1, compute=ray.data.TaskPoolStrategy(size=1), num_cpus=1,
+                    memory=declared, fn_kwargs={"cache_root": tmp, "seed": 0, "num_frames": 12, "resolution": 224})
+                out = list(ds.iter_rows())
+        finally:
+            ray.shutdown()
+        by_type: dict[str, dict] = {}
+        for r in out:   # rows come out in order (one worker, one row at a time)
+            t = by_type.setdefault(r["perturbation"], {**{k: r[k] for k in ("pid", "rss_pre", "rss_base",
+                                                                             "hwm_base")}, "status": []})
+            t.update(hwm=r["hwm"], rss_end=r["rss_end"])   # after the type's last row
+            t["status"].append(r["status"])
+        if trace:   # the worker's peak and RSS after each row, in order
+            seen = [r for i, r in enumerate(out) if i == len(out) - 1 or out[i + 1]["video_id"] != r["video_id"]]
+            print("    rows (peak/RSS MiB after each): " + ", ".join(
+                f"{r['perturbation']} {r['hwm'] / 2**20:.0f}/{r['rss_end'] / 2**20:.0f}" for r in seen),
+                file=sys.stderr, flush=True)
+        pids = {t["pid"] for t in by_type.values()}
+        first = min(by_type.values(), key=lambda t: t["hwm"])
+        print(f"  {w}x{h}: {len(out)} clips, worker(s) {sorted(pids)}, RSS before imports "
+              f"{first['rss_pre'] / 2**20:.0f} MiB, after {first['rss_base'] / 2**20:.0f} MiB, declared "
+              f"{declared / 2**20:.0f} MiB", file=sys.stderr, flush=True)
+        for n in names:
+            t = by_type[n]
+            print(f"    after {n}: peak {t['hwm'] / 2**20:.0f} MiB (before it {t['hwm_base'] / 2**20:.0f}), RSS "
+                  f"{t['rss_end'] / 2**20:.0f} MiB, "
+                  f"a fresh process's model for the type {render_bytes(w, h, frames, n) / 2**20:.0f} MiB, "
+                  f"{'ok' if set(t['status']) == {'ok'} else t['status']}", file=sys.stderr, flush=True)
+        results.append({"size": (w, h), "declared": declared, "pids": sorted(pids), "types": by_type,
+                        "rss_pre": first["rss_pre"], "rss_base": first["rss_base"], "hwm_base": first["hwm_base"]})
+    return results
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=180)
@@ -103,11 +185,32 @@ def main(argv=None) -> int:
     ap.add_argument("--together", action="store_true", help="also every type in one process")
     ap.add_argument("--adain", action="store_true", help="also style transfer with random-init AdaIN weights")
     ap.add_argument("--calibrate", action="store_true", help="measure PER_PIXEL on 10 s clips (module docstring)")
+    ap.add_argument("--ray", action="store_true", help="in a Ray Data render worker (module docstring)")
+    ap.add_argument("--videos", type=int, default=1, help="--ray: rows per type (default 1)")
+    ap.add_argument("--trace", action="store_true", help="--ray: the worker's peak and RSS after every row")
+    ap.add_argument("--sizes", default="320x240,640x360", help="--ray: clip sizes (default 320x240,640x360)")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "mlvp-long-video")
     args = ap.parse_args(argv)
     names = ["clean", *NAMES] if args.types == "all" else args.types.split(",")
     if args.calibrate:
         calibrate(args.dir, names)
+        return 0
+    if args.ray:
+        sizes = [tuple(int(v) for v in s.lower().split("x")) for s in args.sizes.split(",")]
+        seconds = 10 if args.seconds == 180 else args.seconds
+        results = ray_worker(args.dir, names, sizes, seconds, args.videos, args.trace)
+        print(f"Command: `python benchmarks/long_video_memory.py {' '.join(sys.argv[1:] if argv is None else argv)}`"
+              f"; {seconds} s clips, one Ray Data worker per size, {args.videos} row(s) per type (five severities), "
+              "type after type")
+        print("| size | RSS before imports MiB | after imports MiB | peak after imports MiB | " +
+              " | ".join(f"peak after {n} MiB" for n in names) + " | declared MiB | peak / declared |")
+        print("|---|" + "---:|" * (len(names) + 5))
+        for r in results:
+            peak = max(t["hwm"] for t in r["types"].values())
+            print(f"| {r['size'][0]}x{r['size'][1]} | {r['rss_pre'] / 2**20:.0f} | {r['rss_base'] / 2**20:.0f} | "
+                  f"{r['hwm_base'] / 2**20:.0f} | " + " | ".join(f"{r['types'][n]['hwm'] / 2**20:.0f}"
+                                                             for n in names) +
+                  f" | {r['declared'] / 2**20:.0f} | {peak / r['declared']:.2f} |")
         return 0
     width, height = (int(v) for v in args.size.lower().split("x"))
     path = clip(args.dir, args.seconds, width, height)

@@ -271,18 +271,38 @@ def test_a_recipe_name_is_checked_at_load(tmp_path):
 
 
 def test_render_tasks_reserve_the_memory_model_at_the_largest_clip(full):
-    """Each render task asks Ray for `render_bytes` of the largest type at its datasets' largest source clip
+    """Each render task asks Ray for `worker_bytes` of the largest type at its datasets' largest source clip
     (orchestrator/stages/render.py render_task_memory): ActivityNet's typical 3-minute clips reserve more than
     MSRVTT's, and a set of datasets the largest of theirs."""
     from orchestrator.stages.render import render_task_memory
-    from workloads.render_memory import render_bytes
+    from workloads.render_memory import render_bytes, worker_bytes
 
     _, plan = full
     by_dataset = {}
     for d in ("msrvtt", "activitynet"):
         c = TYPICAL_CLIPS[d]
-        by_dataset[d] = render_bytes(round(c.width), round(c.height), round(c.fps * c.seconds))
+        size = round(c.width), round(c.height), round(c.fps * c.seconds)
+        by_dataset[d] = worker_bytes(*size)
         assert render_task_memory(plan, [d]) == by_dataset[d]
+        assert by_dataset[d] > render_bytes(*size)   # a Ray Data worker holds more than a fresh process
     assert by_dataset["activitynet"] > by_dataset["msrvtt"]   # H.264's packets of the longer clip
     assert render_task_memory(plan, ["msrvtt", "activitynet", "msrvtt"]) == by_dataset["activitynet"]
     assert 0.5 * 2**30 < by_dataset["msrvtt"] <= 2 * 2**30   # a render actor at MSRVTT's size: about a GB
+
+
+def test_render_tasks_reserve_adain_where_the_grid_gives_its_weights(full, monkeypatch, tmp_path):
+    """Style transfer with AdaIN's weights (VGG-19 and its decoder) needs ~1.2 GB more than its model-free proxy:
+    where the grid gives both files, a render task reserves that (workloads/render_memory.py ADAIN)."""
+    from orchestrator.stages.render import render_task_memory
+    from workloads.render_memory import worker_bytes
+
+    _, plan = full
+    c = TYPICAL_CLIPS["msrvtt"]
+    size = round(c.width), round(c.height), round(c.fps * c.seconds)
+    proxy = render_task_memory(plan, ["msrvtt"])
+    for name in ("adain_vgg", "adain_decoder"):
+        (tmp_path / f"{name}.pth").write_bytes(b"")
+        monkeypatch.setattr(plan.grid.assets, name, str(tmp_path / f"{name}.pth"))
+    adain = render_task_memory(plan, ["msrvtt"])
+    assert adain == worker_bytes(*size, adain_weights=True)
+    assert adain - proxy > 2**30

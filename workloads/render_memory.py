@@ -1,6 +1,7 @@
 """Peak memory of rendering one video, as a function of its size: what a render actor declares to Ray (`memory=`).
 
-    render_bytes(width, height, frames, perturbation=None, adain_weights=False) -> int   (bytes, an upper bound)
+    render_bytes(width, height, frames, perturbation=None, adain_weights=False) -> int   (bytes, one fresh process)
+    worker_bytes(width, height, frames, perturbation=None, adain_weights=False) -> int   (bytes, a Ray Data worker)
     measure(path, perturbations, severities=(1, 2, 3, 4, 5)) -> dict                     (one child process)
 
 A render actor renders each row, one video x one type x its severities, with `render_cache.render_video`. Its peak
@@ -26,6 +27,32 @@ and tests/test_render_memory.py check it). MARGIN covers allocator slack and con
 with length: H.264's packets at its highest rate (500 kbit/s at 30 fps: 2.1 KB per frame and severity, kept until
 that severity is rendered) and the seeking reader's packet index. Style transfer with AdaIN weights
 (`adain_weights=True`) was measured with random-initialised weights of the same networks on the CPU.
+
+Where it is declared (`worker_bytes`, what orchestrator/stages/render.py `render_task_memory` reserves), a render row
+runs in a Ray Data task worker, which holds more than a fresh process and keeps what its earlier rows grew:
+
+    worker_bytes = RAY_WORKER_BASE_BYTES + WORKER_GROWTH * (render_bytes - BASE_BYTES)
+
+RAY_WORKER_BASE_BYTES is that worker's RSS after render_rows' imports (Ray, Ray Data and pyarrow are in it before
+them). WORKER_GROWTH covers a worker that renders type after type: its RSS does not fall back after a row (after
+H.264 it stays at H.264's peak: the allocator keeps what was freed), so the next type's working set partly comes on
+top of the last one's. Measured with `python benchmarks/long_video_memory.py --ray [--videos N] --sizes WxH` (the
+render stage's task function `render_rows` in a Ray Data task pool of one worker, one row per type with its five
+severities, every type in turn; 10 s clips) at commit 8993c7a, 2026-11-28, on a 2-core AMD EPYC (Python 3.11.7,
+torch 2.14.1+cu130, Ray 2.60.0), status_bytes readings:
+
+    worker RSS before render_rows' imports 194-195 MiB, after them 685 MiB (a fresh process: BASE_BYTES, 560)
+    peak (VmHWM) after every type, one row each:   320x240  903 MiB;  640x360 1,129 MiB
+    the same, 4 and 12 rows per type at 320x240: 936 and 967 MiB;  3 rows per type at 640x360: 1,132 MiB
+    30 H.264 rows then 30 style transfer rows (--trace, commit 69f98b8): flat from the 11th H.264 row (880 MiB),
+    then 916 MiB for every style transfer row: the growth levels off; 40 style transfer rows alone: 816-817 MiB
+    (the worker's RSS after the H.264 row stays at H.264's peak: 900 MiB at 320x240, 1,125 MiB at 640x360)
+    benchmarks/dress_rehearsal_results.md (2026-11-27, 2 workers of 114-126 rows, 320x240 10-30 s): 962-965 MiB
+
+Above its base a worker peaked at 0.84-1.09x of what `render_bytes` gives above BASE_BYTES for the largest type
+(1.08-1.09: many rows of every type a worker); with WORKER_GROWTH = 1.25 these peaks are 0.89-0.96 of
+`worker_bytes` (1,008 MiB at 320x240 10 s, 1,227 MiB at 640x360 10 s; 1,010 MiB at the dress rehearsal's 19.2 s
+mean), where `render_bytes` had them at 1.10-1.18. tests/test_render_memory.py checks a real worker against it.
 """
 from __future__ import annotations
 
@@ -60,6 +87,10 @@ WORKING_SET: dict[str, tuple[float, float]] = {
 }
 ADAIN = (1186 * MIB, 410)  # style transfer with AdaIN weights on the CPU (VGG-19, 1 Mpx a chunk: adain.CHUNK_PIXELS)
 PER_FRAME = 4096  # H.264 packets of every severity at 500 kbit/s and 30 fps, and the packet index
+# A Ray Data render worker (module docstring, "Where it is declared"): its RSS after render_rows' imports, measured,
+# and a long-lived worker's working set over a fresh process's
+RAY_WORKER_BASE_BYTES = 685 * MIB
+WORKER_GROWTH = 1.25
 
 
 def render_bytes(width: int, height: int, frames: int, perturbation: str | None = None,
@@ -73,6 +104,15 @@ def render_bytes(width: int, height: int, frames: int, perturbation: str | None 
         raise KeyError(f"no memory figure for perturbation {perturbation!r}; known: {sorted(WORKING_SET)}")
     names = [perturbation] if perturbation is not None else list(WORKING_SET)
     return max(_bytes(n, width, height, frames, adain_weights) for n in names)
+
+
+def worker_bytes(width: int, height: int, frames: int, perturbation: str | None = None,
+                 adain_weights: bool = False) -> int:
+    """Peak resident bytes of a Ray Data render worker (orchestrator/stages/render.py `render_rows`) that renders
+    this row after any others: `render_bytes` above a fresh process's base, grown by WORKER_GROWTH, on the worker's
+    own base (module docstring: where it is declared). What a render task reserves in Ray."""
+    above = render_bytes(width, height, frames, perturbation, adain_weights) - BASE_BYTES
+    return int(RAY_WORKER_BASE_BYTES + WORKER_GROWTH * above)
 
 
 def _bytes(name: str, width: int, height: int, frames: int, adain_weights: bool) -> int:

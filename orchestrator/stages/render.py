@@ -31,13 +31,14 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from orchestrator.config.assets import asset_paths
 from orchestrator.planning.cost_model import clip_size
 from orchestrator.planning.needs import set_need
 from orchestrator.planning.plan import Plan
 from orchestrator.planning.render_sets import RenderSet, plan_render_rows, plan_set_rows
 from workloads.ocr import get_engine
 from workloads.render_cache import RenderCache, RenderKey
-from workloads.render_memory import render_bytes
+from workloads.render_memory import worker_bytes
 
 
 @dataclass
@@ -147,16 +148,29 @@ def quiet_ray_data():
 
 
 def render_task_memory(plan: Plan, datasets, sizes: dict | None = None) -> int:
-    """Bytes each render task reserves in Ray (`memory=`): the measured peak of the largest perturbation type
-    (workloads/render_memory.py `render_bytes`) at the largest of these datasets' source clips (mean size from a sample
+    """Bytes each render task reserves in Ray (`memory=`): the measured peak of a Ray Data render worker at the largest
+    perturbation type (workloads/render_memory.py `worker_bytes`: a worker holds more than a fresh process and keeps
+    what earlier rows grew) at the largest of these datasets' source clips (mean size from a sample
     of their videos, else typical: orchestrator/planning/cost_model.py `clip_size`). Ray schedules by it, so a node
     runs only as many renders as its memory holds; it is a reservation, not a limit. `sizes`: dataset -> clip size
-    already read (filled here), so a caller rendering in batches probes each dataset's videos once."""
+    already read (filled here), so a caller rendering in batches probes each dataset's videos once. Where the grid
+    gives AdaIN's weights, style transfer runs VGG-19 and its decoder (`adain_weights`: about 1.2 GB more than its
+    model-free proxy)."""
     sizes = {} if sizes is None else sizes
-    for d in set(datasets) - set(sizes):
+    datasets = set(datasets)
+    for d in datasets - set(sizes):
         sizes[d] = clip_size(d, plan.datasets[d])
-    return max((render_bytes(max(1, round(c.width)), max(1, round(c.height)), max(1, round(c.fps * c.seconds)))
-                for c in (sizes[d] for d in set(datasets))), default=render_bytes(320, 240, 300))
+    return max((worker_bytes(max(1, round(c.width)), max(1, round(c.height)), max(1, round(c.fps * c.seconds)),
+                             adain_weights=_runs_adain(plan, d)) for d, c in ((d, sizes[d]) for d in datasets)),
+               default=worker_bytes(320, 240, 300))
+
+
+def _runs_adain(plan: Plan, dataset: str) -> bool:
+    """Style transfer renders `dataset`'s clips with AdaIN's weights: the grid gives both files
+    (workloads/perturbations/video/style_transfer.py; else its model-free proxy). A grid gives them to render that
+    type, so whether this batch holds it is not asked: the reservation is per task, not per type."""
+    paths = asset_paths(plan.grid, dataset)
+    return bool(paths["adain_vgg"] and paths["adain_decoder"])
 
 
 def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
