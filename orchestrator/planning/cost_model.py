@@ -29,9 +29,11 @@ The units are the plan's own (orchestrator/planning/plan.py):
 
 GPU-hours count GPU time, not slot time: a trial on a quarter of a GPU for an hour is 0.25 GPU-hours.
 
-Every figure is a plain number (a field of `CostModel`) with where it was measured in its `source`; `describe()`
-lists them and `mlvp plan --verbose` prints that list. Another cluster's figures go in as CostModel(field=value)
-(`python benchmarks/cluster_sim.py --cost field=value,...`); a grid has no key for them yet.
+Every figure is data (a field of `CostModel`: a plain number, or for rendering a (type, RenderLine) pair per measured
+type and clean) with where it was measured in its `source`; `describe()` lists them, one line per registered type for
+rendering, and `mlvp plan --verbose` prints that list. Another cluster's figures go in as CostModel(field=value)
+(`python benchmarks/cluster_sim.py --cost field=value,...` for the numbers; `render_lines=uniform_render_lines(...)`
+prices every type alike); a grid has no key for them yet.
 
 A dataset's source clip size comes from its videos where they are on disk (the mean over up to `SAMPLE_VIDEOS` test
 videos, read from the container headers only), from its generator config for a generated dataset, and otherwise from
@@ -63,10 +65,10 @@ if TYPE_CHECKING:
 # Caveats, so that the figures are read as estimates: the machine ran another job (load average 11-13 on its 2 cores),
 # which inflates CPU time too (the frame-level types took ~1.15-1.2x their figures of benchmarks/RESULTS.md's earlier
 # run on the same kind of machine); a row renders a video's severities of one type from one decode (render_video), so
-# a decode-bound type costs less per rendering there than alone (the dress rehearsal measured gaussian noise at 0.065 s a
-# 20 s MSRVTT-size clip, against 0.21 here; but H.264 at 3.97 s, against 2.35 here, on its own stand-in videos); a
-# 180 s 720p clip is 216x the larger point (H.264's line predicts 247 s a rendering there, benchmarks/RESULTS.md "Rendering"
-# measured 212 s: docs/notes/2026-11-27-long-video-memory.md).
+# a decode-bound type costs less per rendering there than alone (the dress rehearsal measured gaussian noise at 0.065
+# s a 20 s MSRVTT-size clip, against 0.21 here; but H.264 at 3.97 s, against 2.35 here, on its own stand-in videos); a
+# 180 s 720p clip is 216x the larger point (H.264's line predicts 247 s a rendering there, benchmarks/RESULTS.md
+# "Rendering" measured 212 s: docs/notes/2026-11-27-long-video-memory.md).
 RENDER_SOURCE = ("`python benchmarks/render_bench.py --repeats 3 --authors-repeats 2` (benchmarks/render_results.md "
                  "(c)), commit 34364ba, a 2-core AMD EPYC dev machine (AVX-512) shared with another job, one core, "
                  "2026-11-28; at 64 frames 224x224 and 300 frames 240x320 (10 s at 30 fps)")
