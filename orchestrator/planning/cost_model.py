@@ -64,11 +64,15 @@ if TYPE_CHECKING:
 # of repeats; style transfer without AdaIN weights, i.e. its proxy, what a render actor runs without them).
 # Caveats, so that the figures are read as estimates: the machine ran another job (load average 11-13 on its 2 cores),
 # which inflates CPU time too (the frame-level types took ~1.15-1.2x their figures of benchmarks/RESULTS.md's earlier
-# run on the same kind of machine); a row renders a video's severities of one type from one decode (render_video), so
-# a decode-bound type costs less per rendering there than alone (the dress rehearsal measured gaussian noise at 0.065
-# s a 20 s MSRVTT-size clip, against 0.21 here; but H.264 at 3.97 s, against 2.35 here, on its own stand-in videos); a
-# 180 s 720p clip is 216x the larger point (H.264's line predicts 247 s a rendering there, benchmarks/RESULTS.md
-# "Rendering" measured 212 s: docs/notes/2026-11-27-long-video-memory.md).
+# run on the same kind of machine). The decode-bound types' cost follows the source's bitrate: the measured clips are
+# crf 18 with grain (~1 Mbit/s); on a 10 s stand-in of benchmarks/dress_rehearsal.py (crf 23, ~0.23 Mbit/s) gaussian
+# noise alone took 0.04 s against 0.10 s on the measured 10 s clip, H.264 alone 1.10-1.14 s against 1.21-1.25 s (the
+# two clips run in turn, 2026-11-28). A row renders a video's severities of one type from one decode (render_video),
+# so a decode-bound type costs less per rendering there than alone (the dress rehearsal, d6003f8, measured gaussian
+# noise at 0.065 s a 20 s MSRVTT-size clip, against 0.21 here); but it measured H.264 at 3.97 s a rendering in its Ray
+# tasks, against 2.35 here and ~2.2 s alone on its own stand-ins: not explained yet. A 180 s 720p clip is 216x the
+# larger point (H.264's line predicts 247 s a rendering there, benchmarks/RESULTS.md "Rendering" measured 212 s:
+# docs/notes/2026-11-27-long-video-memory.md).
 RENDER_SOURCE = ("`python benchmarks/render_bench.py --repeats 3 --authors-repeats 2` (benchmarks/render_results.md "
                  "(c)), commit 34364ba, a 2-core AMD EPYC dev machine (AVX-512) shared with another job, one core, "
                  "2026-11-28; at 64 frames 224x224 and 300 frames 240x320 (10 s at 30 fps)")
