@@ -11,7 +11,8 @@ its cost, scaled down so a run takes minutes; checkpoints, checks and text sets 
 the bound).
 
 Cost model: orchestrator/planning/cost_model.py, the one `plan` uses (`PlanCosts`): a render row sleeps its clips x
-severities x one rendering of its dataset's clip (from the typical clip sizes there: no videos are on disk), a trial
+severities x one rendering of its type (or clean) at its dataset's clip size (from the typical clip sizes there: no
+videos are on disk), a trial
 sleeps the seconds it holds its GPU slot. The run prints the totals of what it sleeps (render CPU-hours, trial
 GPU-hours) beside the line `plan` prints for the same grid; they are equal to the second (tests/test_cost_model.py).
 `--cost FIELD=VALUE,...` replaces figures of the cost model (both sides then use them), `--gpus-per-trial` the grid's
@@ -155,7 +156,7 @@ def sim_rows(costs, videos_per_row: int):
             for start in range(0, n, videos_per_row):
                 k = min(videos_per_row, n - start)
                 rows.append({"dataset": d, "perturbation": p, "severities": json.dumps(severities), "clips": k,
-                             "cost": k * len(severities) * costs.rendering_seconds(d)})
+                             "cost": k * len(severities) * costs.rendering_seconds(d, p)})
         return rows, {rs: costs.counts[rs[0]] for rs in sets}, 0
     return plan_rows
 
@@ -265,7 +266,7 @@ def run_design(plan, costs, scale: float, render_actors: int, overlap: bool, exe
             ray.kill(w)
     stream.join()
     t_render = max(stream.ready_at.values(), default=t0) - t0
-    first_row = videos_per_row * costs.rendering_seconds(sets[0][0]) * scale / cpus_per_actor
+    first_row = videos_per_row * costs.rendering_seconds(*sets[0][:2]) * scale / cpus_per_actor
     startup = max(0.0, (stream.first_output_at or t0) - t0 - first_row)
     return {"makespan": time.time() - t0, "render_done": t_render, "trials": len(done_at), "startup": startup,
             "first_trial_done": (min(done_at) - t0) if done_at else None, "waves": waves,
@@ -323,14 +324,16 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < gpus_per_trial <= 1:
         ap.error(f"--gpus-per-trial: a GPU share in (0, 1], got {gpus_per_trial:g}")
     figures = {k: float(v) for k, v in (x.split("=") for x in args.cost.split(","))} if args.cost else {}
-    unknown = sorted(set(figures) - set(CostModel.__dataclass_fields__))
+    numeric = [f for f, v in CostModel.__dataclass_fields__.items() if f != "render_lines"]   # per type: not a number
+    unknown = sorted(set(figures) - set(numeric))
     if unknown:
-        ap.error(f"--cost: no such figure {', '.join(unknown)}; known: {', '.join(CostModel.__dataclass_fields__)}")
+        ap.error(f"--cost: no such figure {', '.join(unknown)}; known: {', '.join(numeric)}")
     cost = CostModel(**{**figures, "trials_per_gpu": 1 / gpus_per_trial})
     costs = PlanCosts(plan, cost)
     sets = ordered_sets(plan, plan.trials)
     slots = int(args.gpus / gpus_per_trial + 1e-9)
     render_cpu, trial_gpu = slept_totals(plan, costs, args.videos_per_row)
+    types = {d: [p for p, _ in plan.renders[d] if p != "clean"] or ["clean"] for d in costs.counts}
     trial_slot = trial_gpu * costs.slots        # what the GPU slots are busy for
     cpus_for_render = max(1, int(args.cpus - slots * rt.cpus_per_trial))
     lb_all = max(render_cpu / args.cpus, trial_slot / slots)
@@ -338,8 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     scale = args.target / lb
     print(f"plan: {len(plan.trials)} trials, {len(sets)} render sets, {plan.render_count():,} clips")
     print("cost model (orchestrator/planning/cost_model.py; real seconds): clips per set "
-          + ", ".join(f"{d} {n}" for d, n in costs.counts.items()) + "; CPU s per rendering "
-          + ", ".join(f"{d} {costs.rendering_seconds(d):.3f}" for d in costs.counts)
+          + ", ".join(f"{d} {n}" for d, n in costs.counts.items()) + "; CPU s per rendering (cheapest type-most "
+          "expensive, clean) "
+          + ", ".join(f"{d} {min(per := [costs.rendering_seconds(d, p) for p in types[d]]):.3f}-{max(per):.3f}, "
+                      f"{costs.rendering_seconds(d, 'clean'):.3f}" for d in costs.counts)
           + f"; {cost.trial_s_per_batch:g} s per fp32 trial batch of {rt.batch_size} alone on a GPU; "
           f"{1 / gpus_per_trial:g} trials per GPU ({slots} slots, {rt.cpus_per_trial:g} CPUs each)")
     for line in costs.clip_lines():

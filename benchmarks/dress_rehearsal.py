@@ -18,7 +18,7 @@ What it does:
    type with its severities, each task reserving `render_task_memory`), on `--actors` tasks at once. Each task also
    records its process's peak RSS (VmHWM) and its wall and CPU seconds; a type's clips per second are its clips over
    its tasks' wall seconds (one actor, one core), the cost model's (orchestrator/planning/cost_model.py, as `plan`
-   uses it: one rendering costs `rendering_seconds` of the dataset's source clip size, the same for every type) is 1
+   uses it: one rendering of a type costs `rendering_seconds` of that type at the dataset's source clip size) is 1
    over that; the whole stream's clips per second on all actors is set beside the plan's CPU seconds over the actors.
 3. **Trials**: `--trials` of the plan's trials (spread over its types and severities), each through the trial
    function the Ray Tune trainable runs (workloads/trial.py `run`, in the context `submit` gives it) with
@@ -268,10 +268,10 @@ def ratio(measured: float, predicted: float) -> str:
 
 def render_tables(plan, costs, r: dict, actors: int) -> list[str]:
     clip = costs.clips["msrvtt"]
-    per_clip_s = costs.rendering_seconds("msrvtt")
     lines = ["### Rendering: clips per second per perturbation type (one actor, one core)", "",
-             f"Cost model: every rendering of a {clip.line()} costs {per_clip_s:.3f} CPU s "
-             f"(`rendering_seconds`), {1 / per_clip_s:.2f} clips/s on one core, whatever the type. Measured: the "
+             f"Cost model: one rendering of a {clip.line()} costs its type's CPU s (`rendering_seconds`, the type's "
+             "line through its two measured clips: orchestrator/planning/cost_model.py RENDER_POINTS); predicted "
+             "clips/s on one core is 1 over that. Measured: the "
              "type's clips over its rows' wall seconds in their tasks (one actor, one core, decode included), and over "
              "their CPU seconds (what the cost model prices: on a shared machine the wall seconds include waiting for "
              "a core).", "",
@@ -286,16 +286,19 @@ def render_tables(plan, costs, r: dict, actors: int) -> list[str]:
         t["wall"] += rec["wall_s"]
         t["cpu"] += rec["cpu_s"]
     order = list(dict.fromkeys(p for _, p, _ in r["sets"]))
+    predicted_cpu = 0.0   # the plan's CPU seconds of every clip rendered, each priced by its type
     for p in order:
         t = by_type.get(p)
         if t is None:
             continue
+        per_clip_s = costs.rendering_seconds("msrvtt", p)
+        predicted_cpu += t["clips"] * per_clip_s
         rate, cpu_rate = t["clips"] / max(t["wall"], 1e-9), t["clips"] / max(t["cpu"], 1e-9)
         lines.append(f"| {p} | {t['clips']} | {t['failed']} | {t['wall']:.1f} | {t['cpu']:.1f} | {rate:.2f} | "
                      f"{1 / per_clip_s:.2f} | {ratio(rate, 1 / per_clip_s)} | {cpu_rate:.2f} | "
                      f"{ratio(cpu_rate, 1 / per_clip_s)} |")
     clips = sum(t["clips"] for t in by_type.values())
-    predicted_wall = clips * per_clip_s / actors
+    predicted_wall = predicted_cpu / actors
     rate, predicted = clips / r["wall_s"], clips / predicted_wall
     lines += ["", f"### Rendering: the whole stream on {actors} actors", "",
               "| clips | wall s measured | wall s predicted | clips/s measured | clips/s predicted | "
@@ -303,7 +306,8 @@ def render_tables(plan, costs, r: dict, actors: int) -> list[str]:
               f"| {clips} | {r['wall_s']:.1f} | {predicted_wall:.1f} | {rate:.2f} | {predicted:.2f} | "
               f"{ratio(rate, predicted)} |",
               "", "Measured wall: from the first set added to the last clip out, Ray task start-up included; "
-              f"predicted: the plan's CPU seconds ({clips} x {per_clip_s:.3f}) over {actors} actors.",
+              f"predicted: the plan's CPU seconds ({predicted_cpu:.1f}: each clip priced by its type) over {actors} "
+              "actors.",
               "", "### Rendering: peak RSS per render actor (VmHWM of its process, all its rows)", "",
               "| actor (pid) | rows | types | peak RSS MiB | declared `memory=` MiB | peak / declared |",
               "|---|---:|---:|---:|---:|---:|"]

@@ -3,18 +3,23 @@
     python benchmarks/render_bench.py [--frames 64] [--size 224] [--repeats 5] [--out benchmarks/render_results.md]
     python benchmarks/render_bench.py --repeats 3 --authors-repeats 2      # what benchmarks/RESULTS.md records
     python benchmarks/render_bench.py --frames 16 --size 64 --long 40x48x64 --repeats 1 --authors-repeats 1 --no-save
+    python benchmarks/render_bench.py --repeats 3 --authors-repeats 2 --cost-rows rows.py   # also the cost rows
 
 (a) seconds per 12-frame clip for the five frame-level types (gaussian, impulse, fog, snow, elastic), each severity,
     next to an ImageNet-C-style per-frame reference written below (independent noise/fields per frame, per-frame
     float64 computation, as ImageNet-C does). Goal: >= 3x the reference.
 (b) all (type, severity) renderings of one source clip from a single decode (render_many: decode, flow and
     per-clip work shared through ClipContext.memo). Goal: <= 1 s for the 60 renderings.
-(c) every type except style transfer, each (type, severity) called alone from the video file, against a
-    re-implementation in this script of the authors' per-call path with their decode (cv2.VideoCapture, the ffmpeg
-    CLI for H.264: see "The authors' per-call path" below), on the `--frames` clip and on a real-length clip
-    (`--long`, default 300 frames 240x320 = 10 s at 30 fps), plus all 55 renderings from one decode against the
-    sum of the authors' 55 calls. Goals: >= 2x for frame-level types, >= 1x for the others, >= 6x for all 55 of the
-    10 s clip. The process is pinned to one core (its children too).
+(c) every registered type and the clean rendering, each (type, severity) called alone from the video file as the
+    render stage renders one key, on the `--frames` clip and on a real-length clip (`--long`, default 300 frames
+    240x320 = 10 s at 30 fps); all but style transfer and clean against a re-implementation in this script of the
+    authors' per-call path with their decode (cv2.VideoCapture, the ffmpeg CLI for H.264: see "The authors'
+    per-call path" below; style transfer has no authors' implementation to compare, clean is no perturbation),
+    plus those 55 renderings from one decode against the sum of the authors' 55 calls. Goals: >= 2x for
+    frame-level types, >= 1x for the others, >= 6x for all 55 of the 10 s clip. The process is pinned to one core
+    (its children too).
+    The "ours alone" figures are also the render cost model's per-type points (orchestrator/planning/cost_model.py
+    RENDER_POINTS): printed as rows to copy there, with their source, and written to `--cost-rows FILE`.
 The source clip is generated here (textured panning background + moving objects, `--frames` x size x size),
 written to an H.264 mp4 with workloads.video_io.write_mp4 and decoded back with read_video, like a dataset video.
 Every (type, severity) registered is measured; types missing from the registry are listed.
@@ -56,6 +61,7 @@ except ImportError:  # torch is a project dependency, but the benchmark does not
 
 from workloads.perturbations.video import NAMES, read_for, render, render_many  # noqa: E402
 from workloads.perturbations.video._registry import VIDEO_PERTURBATIONS as _REGISTRY, ClipContext, get  # noqa: E402
+from workloads.spec import CLEAN  # noqa: E402
 from workloads.video_io import read_video, uniform_indices, video_fps, write_mp4  # noqa: E402
 
 FRAME_LEVEL = ("gaussian_noise", "impulse_noise", "fog", "snow", "elastic_distortion")
@@ -565,7 +571,11 @@ def _cpu() -> float:
 
 def ours_alone(path: Path, name: str, sev: int, seed: int = 1):
     """One (type, severity) rendered alone from the file, as the render stage does it (render_video without the
-    resize and the cache write): decode what the type reads, the frame rate when H.264 needs it, render."""
+    resize and the cache write): decode what the type reads, the frame rate when H.264 needs it, render. `name`
+    CLEAN: a clean key alone, the uniform sample decoded and taken (workloads/render_cache.py `_render_group`)."""
+    if name == CLEAN:
+        video = read_for(path, [], sample=True)
+        return video[uniform_indices(len(video), 12)]
     req = [(name, sev, seed)]
     stats: dict = {}
     video = read_for(path, req, stats=stats, sample=False)  # render_video's call for a row without clean keys
@@ -573,30 +583,53 @@ def ours_alone(path: Path, name: str, sev: int, seed: int = 1):
     return render_many(video, req, clip_seed=seed, **assets)[0]
 
 
-def bench_against_authors(path: Path, repeats: int) -> dict[str, tuple[list[float], list[float]]]:
-    """{type: ([ours cpu s per severity], [authors' cpu s per severity])}: each (type, severity) called alone on
-    the file, ours and the authors' path interleaved (so machine load hits both alike), median of `repeats`."""
+def bench_against_authors(path: Path, repeats: int) -> dict[str, tuple[list[float], list[float] | None]]:
+    """{type: ([ours cpu s per severity], [authors' cpu s per severity] or None)}: each registered (type, severity)
+    and the clean rendering called alone on the file, ours and the authors' path interleaved (so machine load hits
+    both alike), median of `repeats`; None for the authors where there is nothing of theirs to run (style transfer,
+    clean)."""
     out = {}
-    for name in AUTHORS_TYPES:
+    for name in [n for n in NAMES if n in _REGISTRY] + [CLEAN]:
+        theirs_too = name in AUTHORS_TYPES
         ours, theirs = [], []
         ours_alone(path, name, 1)  # warm-up (lazy imports, per-process kernel caches)
-        authors_render(path, name, 1)
-        for sev in range(1, 6):
+        if theirs_too:
+            authors_render(path, name, 1)
+        for sev in range(1, 6) if name != CLEAN else (1,):   # clean has no severity
             o, t = [], []
             for _ in range(repeats):
                 c0 = _cpu()
                 ours_alone(path, name, sev)
                 c1 = _cpu()
-                authors_render(path, name, sev)
+                if theirs_too:
+                    authors_render(path, name, sev)
                 c2 = _cpu()
                 o.append(c1 - c0)
                 t.append(c2 - c1)
             ours.append(statistics.median(o))
             theirs.append(statistics.median(t))
-        out[name] = (ours, theirs)
-        print(f"  {path.name} {name}: ours {sum(ours):.3f} s, authors {sum(theirs):.3f} s (5 severities)",
+        out[name] = (ours, theirs if theirs_too else None)
+        print(f"  {path.name} {name}: ours {sum(ours):.3f} s"
+              + (f", authors {sum(theirs):.3f} s" if theirs_too else "") + f" ({len(ours)} severities)",
               file=sys.stderr, flush=True)
     return out
+
+
+def cost_rows(results, command: str, commit: str, machine: str, date: str) -> list[str]:
+    """The per-type points of orchestrator/planning/cost_model.py RENDER_POINTS, as Python to paste there: for each
+    type (and clean) its (source pixel-frames, CPU s of one rendering alone: the mean over severities) at each clip
+    size of (c), and the source line the cost model keeps beside them."""
+    sizes = [(n_frames * height * width, f"{n_frames} frames {height}x{width}") for (n_frames, height, width), _, _
+             in results]
+    lines = [f"# {command}; commit {commit}; {machine}; {date}",
+             "# (source width x height x frames, CPU s of one rendering alone, decode included, mean over severities) "
+             "at " + " and ".join(label for _, label in sizes)]
+    names = list(results[0][2]) if results else []
+    for name in names:
+        points = ", ".join(f"({pf}, {statistics.mean(per_type[name][0]):.4f})"
+                           for (pf, _), (_, _, per_type) in zip(sizes, results))
+        lines.append(f"    {name!r}: ({points}),")
+    return lines
 
 
 def authors_section(results, repeats: int) -> list[str]:
@@ -609,7 +642,9 @@ def authors_section(results, repeats: int) -> list[str]:
              "included (cv2.VideoCapture seek per sampled index, or a read of every frame; the ffmpeg CLI for "
              "H.264, its CPU time counted). CPU seconds per call, mean over severities 1-5 of the median of "
              f"{repeats} runs, ours and theirs interleaved. Goal: >= 2x for the frame-level types, >= 1x for the "
-             "others; all renderings of the 10 s clip >= 6x. Style transfer aside (issue #14).", ""]
+             "others; all renderings of the 10 s clip >= 6x. Style transfer (issue #14; without AdaIN weights its "
+             "proxy, what a render actor runs without them) and clean (a clean key alone: the uniform sample "
+             "decoded) are measured alone only, as the cost model's figures.", ""]
     for (n_frames, height, width), total, per_type in results:
         (tot_w, tot_c), (dec_w, dec_c), _, n_req, runs = total
         lines += [f"**{n_frames} frames {height}x{width}** ({n_frames / 30:.1f} s at 30 fps)", "",
@@ -617,13 +652,18 @@ def authors_section(results, repeats: int) -> list[str]:
                   "|---|---|---|---|---|---|"]
         theirs_sum = 0.0
         for name, (ours, theirs) in per_type.items():
+            if theirs is None:   # ours alone only: a figure for the cost model, nothing of the authors' to compare
+                why = "no authors' implementation (issue #14)" if name != CLEAN else "no perturbation: decode only"
+                lines.append(f"| {name} | {statistics.mean(ours):.3f} | - | - | - ({why}) | "
+                             + ", ".join(f"{a:.3f}" for a in ours) + " |")
+                continue
             o, t = statistics.mean(ours), statistics.mean(theirs)
             theirs_sum += sum(theirs)
             goal = 2.0 if name in FRAME_LEVEL else 1.0
             sev = ", ".join(f"{a:.3f}/{b:.3f}" for a, b in zip(ours, theirs))
             lines.append(f"| {name} | {o:.3f} | {t:.3f} | {t / o:.2f}x | >= {goal:g}x "
                          f"{'met' if t / o >= goal else 'MISSED'} | {sev} |")
-        ours_alone_sum = sum(sum(v[0]) for v in per_type.values())
+        ours_alone_sum = sum(sum(v[0]) for v in per_type.values() if v[1] is not None)
         lines += ["", f"All {n_req} renderings: ours from one decode (`read_for` + `render_many`, as `render_video` "
                   f"does) **{tot_c:.2f} s cpu** (decode {dec_c:.2f} s; median of {runs}) against the authors' "
                   f"{n_req} calls **{theirs_sum:.2f} s**: **{theirs_sum / tot_c:.1f}x** less CPU"
@@ -631,6 +671,26 @@ def authors_section(results, repeats: int) -> list[str]:
                   + f"; ours as {n_req} separate calls: {ours_alone_sum:.2f} s ({theirs_sum / ours_alone_sum:.1f}x).",
                   ""]
     return lines
+
+
+def _commit() -> str:
+    """The checkout's short commit, "+uncommitted" when tracked files differ from it."""
+    repo = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=repo)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                           cwd=repo)
+    return (head.stdout.strip() or "unknown") + ("+uncommitted" if dirty.stdout.strip() else "")
+
+
+def _cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else the platform's processor string."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 def main(argv=None) -> int:
@@ -644,6 +704,9 @@ def main(argv=None) -> int:
                     "(default 300x240x320: 10 s at 30 fps); 'none' to skip it")
     ap.add_argument("--authors-repeats", type=int, default=3, help="timed repeats per (type, severity) in (c)")
     ap.add_argument("--skip-authors", action="store_true", help="skip (c), the comparison with the authors' path")
+    ap.add_argument("--cost-rows", type=Path, default=None, metavar="FILE",
+                    help="also write (c)'s per-type CPU s per rendering at each clip size, as rows to copy into "
+                         "orchestrator/planning/cost_model.py RENDER_POINTS with their source")
     args = ap.parse_args(argv)
     try:  # one core for this process and its children (the authors' ffmpeg CLI picks its threads from it)
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
@@ -654,6 +717,7 @@ def main(argv=None) -> int:
         clips.append(tuple(int(v) for v in args.long.lower().split("x")))
 
     command = "python benchmarks/render_bench.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    commit = _commit()   # read before the run: the tree may change while it measures
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "clip.mp4"
         write_mp4(path, make_clip(args.frames, args.size), fps=30.0, crf=18)
@@ -716,8 +780,18 @@ def main(argv=None) -> int:
                      f"whole clip: {per_frame * 1e3:.2f} ms cpu per source frame per severity, so it grows linearly "
                      "with clip length and alone takes about half of the 1 s budget at 64 frames.")
     lines += authors_section(authors, args.authors_repeats)
+    cost_lines = []
+    if authors:
+        cost_lines = cost_rows(authors, f"`{command.strip()}`", commit,
+                         f"{platform.machine()} {_cpu_model()}, {os.cpu_count()} logical CPUs, one core",
+                         time.strftime("%Y-%m-%d"))
+        lines += ["", "### Cost model rows (orchestrator/planning/cost_model.py RENDER_POINTS)", "", "```python",
+                  *cost_lines, "```"]
     text = "\n".join(lines) + "\n"
     print(text)
+    if args.cost_rows is not None and cost_lines:
+        args.cost_rows.write_text("\n".join(cost_lines) + "\n")
+        print(f"cost rows written to {args.cost_rows}")
     if not args.no_save:
         args.out.write_text("# Render benchmark\n\n" + text)
         print(f"saved to {args.out}")

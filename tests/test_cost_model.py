@@ -1,5 +1,6 @@
-"""One cost model (orchestrator/planning/cost_model.py) for `plan` and benchmarks/cluster_sim.py: the render cost
-passes through its two measured clips, a fine-tuning step scales with the images it takes and its precision, a
+"""One cost model (orchestrator/planning/cost_model.py) for `plan` and benchmarks/cluster_sim.py: each perturbation
+type's render cost passes through its own two measured clips (a type registered since is priced at the mean of the
+measured ones, and says so), a fine-tuning step scales with the images it takes and its precision, a
 dataset's clip size is read from its videos' headers where they are there, `plan`'s estimate of
 orchestrator/grids/full_mlvp.yaml equals to the second what the simulated cluster sleeps for the same plan, and the
 estimate counts only what remains to run. No Ray: the sim's rows and sleeps are computed, not slept."""
@@ -16,6 +17,8 @@ import yaml
 
 from conftest import plan_unrun
 from orchestrator.planning.cost_model import (
+    RENDER_POINTS,
+    RENDER_SOURCE,
     TYPICAL_CLIPS,
     CostModel,
     PlanCosts,
@@ -30,6 +33,8 @@ from orchestrator.planning.plan import missing_videos, plan_for_sizing
 from orchestrator.planning.work import remaining_work
 from orchestrator.record.ledger import TrialLedger
 from orchestrator.record.sync import select_trials
+from workloads.perturbations.video import VIDEO_PERTURBATIONS
+from workloads.spec import CLEAN
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,16 +61,64 @@ def full(tmp_path_factory):
     return sim, plan
 
 
-def test_render_cost_passes_through_the_two_measured_clips():
+def test_each_type_is_priced_by_the_line_through_its_own_two_measured_clips():
     cost = CostModel()
-    # docs/notes/2026-11-results-history.md §3 (b): 60 renderings of a 64-frame 224x224 clip, 1.02 s CPU
-    assert 60 * cost.rendering_seconds(224 * 224 * 64) == pytest.approx(1.02)
-    # §10: 60 renderings of a 30 s 320x240 clip at 30 fps, 14.33 s CPU
-    assert 60 * cost.rendering_seconds(320 * 240 * 30 * 30) == pytest.approx(14.33)
-    assert cost.render_s_fixed > 0 and cost.render_s_per_pixel_frame > 0
-    # linear in pixel-frames: each 1e8 more (a 2-minute 640x360 clip is 8.3e8) adds the same seconds
-    step = cost.rendering_seconds(2e8) - cost.rendering_seconds(1e8)
-    assert step == pytest.approx(1e8 * cost.render_s_per_pixel_frame)
+    # every registered type and clean has its two points (benchmarks/render_bench.py (c), "ours alone"), under the
+    # registry's names: no other list of names
+    assert set(RENDER_POINTS) == {*VIDEO_PERTURBATIONS.names(), CLEAN}
+    for name, points in RENDER_POINTS.items():
+        line, measured = cost.render_line(name)
+        assert measured
+        for pixel_frames, seconds in points:
+            assert cost.rendering_seconds(pixel_frames, name) == pytest.approx(seconds)
+        assert line.per_pixel_frame > 0, name      # a longer or larger source costs more
+        # linear in pixel-frames: each 1e8 more (a 2-minute 640x360 clip is 8.3e8) adds the same seconds
+        step = cost.rendering_seconds(2e8, name) - cost.rendering_seconds(1e8, name)
+        assert step == pytest.approx(1e8 * line.per_pixel_frame)
+    # the types differ: at MSRVTT's size H.264 (a full-length re-encode and decode per rendering) costs several times
+    # a noise type, whose rendering is mostly the decode of 12 frames (benchmarks/dress_rehearsal_results.md)
+    msrvtt = TYPICAL_CLIPS["msrvtt"].pixel_frames
+    h264, noise = cost.rendering_seconds(msrvtt, "h264_compression"), cost.rendering_seconds(msrvtt, "gaussian_noise")
+    assert h264 > 5 * noise
+    # clean decodes the uniform sample and perturbs nothing: about a noise type's price (they differ by the noise
+    # of the measurement), far below the whole-clip types'
+    clean = cost.rendering_seconds(msrvtt, CLEAN)
+    assert clean == pytest.approx(noise, rel=0.3)
+    assert all(clean < 0.5 * cost.rendering_seconds(msrvtt, n) for n in ("h264_compression", "motion_blur",
+                                                                          "video_defocus", "style_transfer"))
+
+
+def test_a_type_without_measured_points_is_priced_at_the_mean_and_says_so(full):
+    """A type registered after the measurement (here a throwaway one) is priced at the mean of the measured types'
+    lines; `describe()` (`plan --verbose`) and `plan` say so."""
+    from workloads.perturbations.video._registry import PerturbationInfo
+
+    def inverted(ctx, severity, rng):
+        return 255 - ctx.sampled, {"faithful": True}
+
+    cost = CostModel()
+    perturbed = [n for n in RENDER_POINTS if n != CLEAN]
+    with VIDEO_PERTURBATIONS.temporary("colour_inversion", PerturbationInfo("colour_inversion", inverted, "high",
+                                                                            False, None, ""), order=99, level="high"):
+        line, measured = cost.render_line("colour_inversion")
+        assert not measured
+        for pf in (1e6, 3.4e7, 1e9):
+            assert cost.rendering_seconds(pf, "colour_inversion") == pytest.approx(
+                sum(cost.rendering_seconds(pf, n) for n in perturbed) / len(perturbed))
+        described = "\n".join(cost.describe())
+        assert re.search(r"render colour_inversion = .*: no measured points: the mean of the 12 measured types' "
+                         r"lines", described), described
+        for name in VIDEO_PERTURBATIONS.names():
+            if name != "colour_inversion":
+                assert re.search(rf"render {name} = .*: measured$", described, re.M), name
+        # and `plan` on a grid that asks for it prints that its price is the mean
+        _, plan = full
+        renders = {d: [*r, ("colour_inversion", 3)] for d, r in plan.renders.items()}
+        from dataclasses import replace
+
+        lines = sizing_lines(replace(plan, renders=renders))
+        assert any(line.startswith("render cost of colour_inversion: no measured points, priced at the mean")
+                   for line in lines), lines
 
 
 def test_finetune_step_is_linear_in_images_and_follows_the_precision():
@@ -93,13 +146,15 @@ def test_trial_cost_scales_with_its_batch_and_precision():
 
 def test_every_figure_says_where_it_was_measured():
     lines = CostModel().describe()
-    assert len(lines) == len(CostModel.__dataclass_fields__)
-    assert all(": " in line and len(line.split(": ", 1)[1]) > 20 for line in lines)
+    assert len(lines) == len(CostModel.__dataclass_fields__) + len(VIDEO_PERTURBATIONS.names()) + 1
+    assert all(": " in line and len(line.split(": ", 1)[1]) > 20 for line in lines if not line.startswith(" "))
     assert any("H200" in line for line in lines if line.startswith("finetune_s_per_step ="))
-    assert any("§10" in line for line in lines if line.startswith("render_s_fixed ="))
-    # the arithmetic of the fit (the module's comment): 3.366e-9 CPU s per pixel-frame, 0.00619 s per rendering
-    assert CostModel().render_s_per_pixel_frame == pytest.approx(3.366e-9, rel=1e-3)
-    assert CostModel().render_s_fixed == pytest.approx(0.00619, rel=1e-2)
+    # the render figures: their source (command, commit, machine, date), then one line per registered type and clean
+    (render,) = [line for line in lines if line.startswith("render_lines:")]
+    assert RENDER_SOURCE in render and "benchmarks/render_bench.py" in RENDER_SOURCE
+    assert re.search(r"commit [0-9a-f]{7}", RENDER_SOURCE) and re.search(r"20\d\d-\d\d-\d\d", RENDER_SOURCE)
+    per_type = [line for line in lines if line.startswith("  render ")]
+    assert [line.split()[1] for line in per_type] == [*VIDEO_PERTURBATIONS.names(), CLEAN]
 
 
 def test_typical_clips_are_the_table_in_docs_cluster():
@@ -154,11 +209,16 @@ def test_plan_estimate_equals_what_the_simulated_cluster_sleeps(full):
     lines = sizing_lines(plan, todo=plan.trials)
     assert f"what remains ({len(plan.trials)} trials): {est.line()}" in "\n".join(lines)
     assert any(line.startswith("  an estimate: GPU figures measured for ViT-B/32 on one NVIDIA H200") for line in lines)
-    # each unit by hand: a set is its clips x one rendering of the dataset's typical clip, a trial its batches
+    # each unit by hand: a set is its clips x one rendering of its type at the dataset's typical clip, a trial its
+    # batches
     cost, rt = CostModel(), plan.grid.runtime
-    by_hand = sum(n * cost.rendering_seconds(TYPICAL_CLIPS[d].pixel_frames) * len(plan.renders[d])
-                  for d, n in sim.TEST_SIZES.items())
+    by_hand = sum(n * cost.rendering_seconds(TYPICAL_CLIPS[d].pixel_frames, p)
+                  for d, n in sim.TEST_SIZES.items() for p, _ in plan.renders[d])
     assert render_s == pytest.approx(by_hand)
+    # H.264's sets cost more than a noise set of the same dataset (one price for all types was 17-25x off for it)
+    for d in sim.TEST_SIZES:
+        assert costs.render_set_seconds((d, "h264_compression", 3)) > 5 * costs.render_set_seconds(
+            (d, "gaussian_noise", 3))
     assert trial_s == pytest.approx(sum(-(-sim.TEST_SIZES[t.dataset] // rt.batch_size) * cost.trial_s_per_batch
                                         for t in plan.trials))
     # the X-Pool recipe (full_mlvp's): 5 epochs over each train split's pairs, batches of 32 x 12 frames
@@ -184,8 +244,8 @@ def test_estimate_counts_only_what_remains(full, tmp_path):
     # no trial left reads MSVD's clips: its render sets and gallery encodings are no longer counted
     msvd_sets = len(plan.renders["msvd"])
     assert after.render_sets == before.render_sets - msvd_sets
-    assert after.render_cpu_s == pytest.approx(before.render_cpu_s - msvd_sets * costs.render_set_seconds(
-        ("msvd", "clean", 0)))
+    assert after.render_cpu_s == pytest.approx(before.render_cpu_s - sum(costs.render_set_seconds(("msvd", p, s))
+                                                                         for p, s in plan.renders["msvd"]))
     assert 0 < after.gallery_gpu_s < before.gallery_gpu_s
     assert after.finetune_gpu_s == before.finetune_gpu_s          # no checkpoint made yet
     lines = sizing_lines(plan, todo=todo)
@@ -216,6 +276,16 @@ def test_plan_and_the_simulated_cluster_agree_on_a_small_grid(tmp_path, monkeypa
     est = estimate(costs, remaining_work(plan, plan.trials))
     assert len(plan.trials) == 2 * (1 + 2 * 2) and est.render_sets == 1 + 2 * 2   # clean + 2 types x 2 severities
     assert est.render_cpu_s > 0 and est.trial_gpu_s > 0
+    # the sets differ by type, each its type's price: H.264's above the noise's and clean's (a decode)
+    n, pf = costs.counts["synthetic"], costs.clips["synthetic"].pixel_frames
+    priced = {rs: costs.render_set_seconds(rs) for p in ("gaussian_noise", "h264_compression") for rs in
+              [("synthetic", p, 1), ("synthetic", p, 5)]} | {("synthetic", CLEAN, 0): costs.render_set_seconds(
+                  ("synthetic", CLEAN, 0))}
+    for (_, p, _), seconds in priced.items():
+        assert seconds == pytest.approx(n * CostModel().rendering_seconds(pf, p))
+    assert priced[("synthetic", "h264_compression", 5)] > 2 * max(priced[("synthetic", "gaussian_noise", 5)],
+                                                                 priced[("synthetic", CLEAN, 0)])
+    assert est.render_cpu_s == pytest.approx(sum(priced.values()))
     assert abs(est.render_cpu_s - render_s) <= 0.5 and abs(est.trial_gpu_s - trial_s) <= 0.5   # printed to 1 s
     line = next(line for line in sizing_lines(plan, todo=plan.trials) if "GPU-hours" in line)
     assert f"  {line}" in out.splitlines()

@@ -9,7 +9,7 @@ from orchestrator.config.grid import load_grid
 from orchestrator.record.ledger import TrialLedger
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
-from orchestrator.planning.cost_model import CostModel, PlanCosts
+from orchestrator.planning.cost_model import CostModel, PlanCosts, uniform_render_lines
 from orchestrator.planning.render_sets import cost_ordered_sets, ordered_sets, trial_render_sets
 from orchestrator.planning.needs import set_need
 from orchestrator.run.gate import ReadyGate
@@ -63,7 +63,7 @@ def test_cost_order_renders_first_the_sets_whose_trials_keep_the_gpus_busy(tmp_p
     # only the gaussian cells still to run: the impulse sets feed no trial, so they are rendered last
     trials = [t for t in plan.trials if t.perturbation != "impulse_noise"]
     for render_s in (1.0, 1e-4):   # rendering longer than the sets' trials (2nd rule), then shorter (1st rule)
-        cost = CostModel(render_s_fixed=render_s, render_s_per_pixel_frame=0.0, trial_s_per_batch=1.0)
+        cost = CostModel(render_lines=uniform_render_lines(render_s), trial_s_per_batch=1.0)
         out = cost_ordered_sets(plan, sets, trials, render_cpus=1, trial_slots=1, costs=PlanCosts(plan, cost))
         assert sorted(out) == sorted(sets)
         assert [rs[1] for rs in out] == [CLEAN] + ["gaussian_noise"] * 2 + ["impulse_noise"] * 2, out

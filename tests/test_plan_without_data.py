@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FOLDERS, N_TEST, stand_in_data, stand_in_weights
-from orchestrator.planning.cost_model import CostModel, PlanCosts, estimate
+from orchestrator.planning.cost_model import CostModel, PlanCosts, estimate, uniform_render_lines
 from orchestrator.planning.work import all_work
 from orchestrator.config.errors import GridError
 from orchestrator.config.grid import load_grid
@@ -150,9 +150,10 @@ def test_sized_with_annotations_only_and_estimate(tmp_path, monkeypatch):
     assert sorted(m.key for m in plan.missing) == sorted(f"datasets.{d}.options.videos_dir" for d in DATASETS)
     assert all(" test / " in m.fix for m in plan.missing)    # test and train videos: one line per dataset
 
-    # render cost per clip without a size term, fine-tuning per step in fp32 and bf16 alike: sums checked by hand
+    # render cost per clip without a size term, the same for every type, fine-tuning per step in fp32 and bf16
+    # alike: sums checked by hand
     cost = CostModel(trial_s_per_batch=2.0, gallery_s_per_clip=0.5, finetune_s_per_step_bf16=0.25,
-                     render_s_fixed=3.0, render_s_per_pixel_frame=0.0)
+                     render_lines=uniform_render_lines(3.0))
     est = estimate(PlanCosts(plan, cost), all_work(plan))
     rt, ft = plan.grid.runtime, plan.grid.models.finetune
     assert rt.gpus_per_trial == 1 and {t.precision for t in plan.trials} == {"fp32"}   # one fp32 trial per GPU

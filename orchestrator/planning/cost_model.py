@@ -7,9 +7,14 @@ generated grid).
 
 The units are the plan's own (orchestrator/planning/plan.py):
 - a **render set** is one (dataset, perturbation, severity): every test clip of the dataset rendered once on a CPU.
-  One rendering costs `render_s_fixed` + `render_s_per_pixel_frame` x width x height x frames of its *source* clip
-  (the decode and H.264's five full-length encodes grow with the source; the 12 frames written do not), fitted to two
-  measured clips (`RENDER_POINTS`). A clean set is priced as a perturbed one (an upper bound: it only decodes);
+  One rendering is priced by its perturbation type's own line, fixed + per-pixel-frame x width x height x frames of
+  its *source* clip (the decode, and H.264's full-length encode, grow with the source; the 12 frames written do not),
+  through that type's two measured clips (`RENDER_POINTS`: CPU seconds of one rendering alone on one core, decode
+  included, the mean over severities, as the render stage renders one key: benchmarks/render_bench.py (c)). A clean
+  set has its own measured line (the uniform sample decoded, nothing perturbed). A type with no measured points (one
+  registered since) is priced at the mean of the measured types' lines, and `describe()` (`plan --verbose`) says so;
+  the types are the perturbation registry's (workloads/perturbations/video). The render stage renders a video's
+  severities of one type from one decode, so for the types whose cost is mostly decode a set costs less than priced;
 - a **trial** streams its dataset's queries in batches of `runtime.batch_size` through adaptation and scoring on its
   GPU slot (`runtime.gpus_per_trial` of a GPU, so `trials_per_gpu` = 1 / gpus_per_trial share one GPU). Packed trials
   share the GPU's throughput, they do not multiply it: K trials on one GPU each take K / `packed_throughput` times as
@@ -24,45 +29,96 @@ The units are the plan's own (orchestrator/planning/plan.py):
 
 GPU-hours count GPU time, not slot time: a trial on a quarter of a GPU for an hour is 0.25 GPU-hours.
 
-Every figure is a plain number (a field of `CostModel`) with where it was measured in its `source`; `describe()`
-lists them and `mlvp plan --verbose` prints that list. Another cluster's figures go in as CostModel(field=value)
-(`python benchmarks/cluster_sim.py --cost field=value,...`); a grid has no key for them yet.
+Every figure is data (a field of `CostModel`: a plain number, or for rendering a (type, RenderLine) pair per measured
+type and clean) with where it was measured in its `source`; `describe()` lists them, one line per registered type for
+rendering, and `mlvp plan --verbose` prints that list. Another cluster's figures go in as CostModel(field=value)
+(`python benchmarks/cluster_sim.py --cost field=value,...` for the numbers; `render_lines=uniform_render_lines(...)`
+prices every type alike); a grid has no key for them yet.
 
 A dataset's source clip size comes from its videos where they are on disk (the mean over up to `SAMPLE_VIDEOS` test
 videos, read from the container headers only), from its generator config for a generated dataset, and otherwise from
 `TYPICAL_CLIPS` (lengths from each dataset's published totals, resolution and frame rate assumed); `plan` says which
-it used. Every figure is an estimate from the machines named in its source (an NVIDIA H200; 2-core AMD EPYC dev
-machines for rendering), not a measurement of the user's cluster.
+it used. Every figure is an estimate from the machines named in its source (an NVIDIA H200; a 2-core AMD EPYC dev
+machine for rendering), not a measurement of the user's cluster.
 """
 from __future__ import annotations
 
 import math
+import os
+import statistics
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import TYPE_CHECKING
-import os
+
+from workloads.perturbations.video import VIDEO_PERTURBATIONS
+from workloads.spec import CLEAN
 
 if TYPE_CHECKING:
     from orchestrator.planning.plan import DatasetPlan, ModelPlan, Plan
     from workloads.spec import TrialSpec
 
-# The two measured renderings the render cost is fitted to: (source width x height x frames, CPU seconds of one
-# rendering), each the CPU time of all 60 (type, severity) renderings of one source clip on one core, over 60.
-# - docs/notes/2026-11-results-history.md §3 (b) (benchmarks/RESULTS.md "Rendering"): a 64-frame 224x224 H.264 clip,
-#   1.02 s for the 60 (machine A, an AMD EPYC with AVX-512: the history's header; `python benchmarks/render_bench.py`);
-# - §10 "Render": a 30 s 320x240 clip at 30 fps (900 frames), 14.33 s for the 60 (a 2-core AMD EPYC dev machine;
-#   `python benchmarks/real_video.py --part render`; H.264 79% of it).
-# The line through them:
-#   coefficient = (14.33 / 60 - 1.02 / 60) / (320 x 240 x 900 - 224 x 224 x 64)
-#               = (0.238833 - 0.017000) / (69,120,000 - 3,211,264) = 0.221833 / 65,908,736
-#               = 3.366e-9 CPU s per pixel-frame
-#   fixed       = 0.017000 - 3.366e-9 x 3,211,264 = 0.017000 - 0.010808 = 0.00619 CPU s per rendering
-# Caveats, so that the figure is read as an estimate: the first point predates the faithful yuv444p H.264 of §9 (§10:
-# the 30 s clip took 8.96 s with the earlier yuv420p encoder against 14.33 s), so small clips are priced a little low;
-# machine B (AVX2 only) took 1.8x as long for the first point (§3), so a slower cluster CPU scales both figures.
-RENDER_POINTS = ((224 * 224 * 64, 1.02 / 60), (320 * 240 * 900, 14.33 / 60))
-_RENDER_SLOPE = (RENDER_POINTS[1][1] - RENDER_POINTS[0][1]) / (RENDER_POINTS[1][0] - RENDER_POINTS[0][0])
-_RENDER_FIXED = RENDER_POINTS[0][1] - _RENDER_SLOPE * RENDER_POINTS[0][0]
+# The two measured clips each type's render line passes through: {type or clean: ((source width x height x frames,
+# CPU s of one rendering), (the same at the second clip))}, copied from the "Cost model rows" that
+# `python benchmarks/render_bench.py` prints (part (c), "ours alone": each (type, severity) rendered alone from the
+# file as the render stage renders one key, decode included, one core, the mean over severities 1-5 of the median
+# of repeats; style transfer without AdaIN weights, i.e. its proxy, what a render actor runs without them).
+# Caveats, so that the figures are read as estimates: the machine ran another job (load average 11-13 on its 2 cores),
+# which inflates CPU time too (the frame-level types took ~1.15-1.2x their figures of benchmarks/RESULTS.md's earlier
+# run on the same kind of machine). The decode-bound types' cost follows the source's bitrate: the measured clips are
+# crf 18 with grain (~1 Mbit/s); on a 10 s stand-in of benchmarks/dress_rehearsal.py (crf 23, ~0.23 Mbit/s) gaussian
+# noise alone took 0.04 s against 0.10 s on the measured 10 s clip, H.264 alone 1.10-1.14 s against 1.21-1.25 s (the
+# two clips run in turn, 2026-11-28). A row renders a video's severities of one type from one decode (render_video),
+# so a decode-bound type costs less per rendering there than alone (the dress rehearsal, d6003f8, measured gaussian
+# noise at 0.065 s a 20 s MSRVTT-size clip, against 0.21 here); but it measured H.264 at 3.97 s a rendering in its Ray
+# tasks, against 2.35 here and ~2.2 s alone on its own stand-ins: not explained yet. A 180 s 720p clip is 216x the
+# larger point (H.264's line predicts 247 s a rendering there, benchmarks/RESULTS.md "Rendering" measured 212 s:
+# docs/notes/2026-11-27-long-video-memory.md).
+RENDER_SOURCE = ("`python benchmarks/render_bench.py --repeats 3 --authors-repeats 2` (benchmarks/render_results.md "
+                 "(c)), commit 34364ba, a 2-core AMD EPYC dev machine (AVX-512) shared with another job, one core, "
+                 "2026-11-28; at 64 frames 224x224 and 300 frames 240x320 (10 s at 30 fps)")
+RENDER_POINTS: dict[str, tuple[tuple[int, float], tuple[int, float]]] = {
+    "gaussian_noise": ((3211264, 0.0226), (23040000, 0.1099)),
+    "impulse_noise": ((3211264, 0.0219), (23040000, 0.1086)),
+    "fog": ((3211264, 0.0240), (23040000, 0.1063)),
+    "snow": ((3211264, 0.0322), (23040000, 0.1185)),
+    "elastic_distortion": ((3211264, 0.0501), (23040000, 0.1498)),
+    "h264_compression": ((3211264, 0.1994), (23040000, 1.1837)),
+    "motion_blur": ((3211264, 0.1906), (23040000, 0.3107)),
+    "video_defocus": ((3211264, 0.2306), (23040000, 0.4117)),
+    "main_object_occlusion": ((3211264, 0.0827), (23040000, 0.1440)),
+    "style_transfer": ((3211264, 0.2390), (23040000, 0.4882)),
+    "event_insertion": ((3211264, 0.0235), (23040000, 0.1066)),
+    "temporal_scrambling": ((3211264, 0.0155), (23040000, 0.0648)),
+    "clean": ((3211264, 0.0224), (23040000, 0.0996)),
+}
+
+
+@dataclass(frozen=True)
+class RenderLine:
+    """CPU seconds of one rendering on one core: `fixed` + `per_pixel_frame` x source width x height x frames."""
+
+    fixed: float
+    per_pixel_frame: float
+
+    @classmethod
+    def through(cls, points: tuple[tuple[float, float], tuple[float, float]]) -> RenderLine:
+        (x0, y0), (x1, y1) = points
+        slope = (y1 - y0) / (x1 - x0)
+        return cls(y0 - slope * x0, slope)
+
+    def seconds(self, pixel_frames: float) -> float:
+        return self.fixed + self.per_pixel_frame * pixel_frames
+
+
+def measured_render_lines(points: dict[str, tuple] = RENDER_POINTS) -> tuple[tuple[str, RenderLine], ...]:
+    """Each measured type's (and clean's) line through its two points, as CostModel holds them."""
+    return tuple((name, RenderLine.through(p)) for name, p in points.items())
+
+
+def uniform_render_lines(fixed: float, per_pixel_frame: float = 0.0) -> tuple[tuple[str, RenderLine], ...]:
+    """One line for every registered type and clean (another cluster's single figure, or a test's)."""
+    return tuple((name, RenderLine(fixed, per_pixel_frame)) for name in (*VIDEO_PERTURBATIONS.names(), CLEAN))
+
 
 # The fine-tuning step that was measured: FinetuneConfig's default batch (workloads/backbones/finetune_config.py).
 MEASURED_STEP_CLIPS, MEASURED_STEP_FRAMES = 64, 4
@@ -79,13 +135,11 @@ class CostModel:
     """Per-unit costs in seconds, each with its source (`describe`). `trials_per_gpu` None: from the grid's
     runtime.gpus_per_trial."""
 
-    render_s_fixed: float = _figure(
-        _RENDER_FIXED, "CPU s of one rendering (one type at one severity) whatever its size, on one core: the line "
-        "through two measured clips (this module's RENDER_POINTS: docs/notes/2026-11-results-history.md §3 (b), "
-        "a 64-frame 224x224 clip, and §10, a 30 s 320x240 30 fps clip; 2-core AMD EPYC dev machines)")
-    render_s_per_pixel_frame: float = _figure(
-        _RENDER_SLOPE, "CPU s of one rendering per source width x height x frame: the same fit (a slower CPU: "
-        "machine B took 1.8x as long, history §3)")
+    render_lines: tuple[tuple[str, RenderLine], ...] = _figure(
+        measured_render_lines(), "CPU s of one rendering (one type at one severity) on one core, per type and for "
+        "clean: fixed + per source width x height x frame, the line through that type's two measured clips (this "
+        "module's RENDER_POINTS: " + RENDER_SOURCE + "); a type without its own line: the mean of the measured types' "
+        "lines")
     ocr_s_per_frame: float = _figure(
         0.063, "CPU s for an OCR engine to read one frame of a clip (the render stage, per engine a grid's OCR "
         "backbones read): rapidocr on a clean 128 px scene-text frame, one thread, a loaded 2-core AMD EPYC "
@@ -123,10 +177,26 @@ class CostModel:
             return self.trials_per_gpu
         return 1.0 / gpus_per_trial if gpus_per_trial > 0 else 1.0
 
-    def rendering_seconds(self, pixel_frames: float) -> float:
-        """CPU seconds of one rendering (one perturbation at one severity) of a source clip of `pixel_frames` =
-        width x height x frames."""
-        return self.render_s_fixed + self.render_s_per_pixel_frame * pixel_frames
+    def render_line(self, perturbation: str) -> tuple[RenderLine, bool]:
+        """(the line that prices one rendering of `perturbation` (a registered type or clean), whether it was
+        measured): a type without its own line gets the mean of the perturbed types' lines."""
+        lines = dict(self.render_lines)
+        if perturbation in lines:
+            return lines[perturbation], True
+        return self.mean_render_line(), False
+
+    def mean_render_line(self) -> RenderLine:
+        """The mean of the perturbed types' lines (clean, which perturbs nothing, left out)."""
+        measured = [line for name, line in self.render_lines if name != CLEAN]
+        if not measured:
+            raise ValueError("CostModel.render_lines holds no perturbation type's line to price a new type by")
+        return RenderLine(statistics.fmean(m.fixed for m in measured),
+                          statistics.fmean(m.per_pixel_frame for m in measured))
+
+    def rendering_seconds(self, pixel_frames: float, perturbation: str) -> float:
+        """CPU seconds of one rendering of `perturbation` (one type at one severity, or clean) of a source clip of
+        `pixel_frames` = width x height x frames."""
+        return self.render_line(perturbation)[0].seconds(pixel_frames)
 
     def trial_gpu_seconds(self, queries: int, batch_size: int, precision: str = "fp32", slots: float = 1.0) -> float:
         """GPU seconds of one trial of `queries` queries (its gallery is encoded separately) with `slots` trials per
@@ -148,10 +218,20 @@ class CostModel:
         return per_step * batch_size * frames_per_clip / self.finetune_images_per_step
 
     def describe(self) -> list[str]:
-        """One line per figure: its name, value and where it was measured."""
+        """One line per figure: its name, value and where it was measured; the render lines one per registered
+        type and clean, each said to be measured or the mean of the measured ones."""
         out = []
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "render_lines":
+                out.append(f"{f.name}: {f.metadata['source']}")
+                measured = sum(1 for name, _ in value if name != CLEAN)
+                for name in (*VIDEO_PERTURBATIONS.names(), CLEAN):
+                    line, known = self.render_line(name)
+                    out.append(f"  render {name} = {line.fixed:.4g} + {line.per_pixel_frame:.4g} x pixel-frames: "
+                               + ("measured" if known else f"no measured points: the mean of the {measured} "
+                                  "measured types' lines"))
+                continue
             shown = "None" if value is None else f"{value:.4g}"
             out.append(f"{f.name} = {shown}: {f.metadata['source']}")
         return out
@@ -271,9 +351,9 @@ class PlanCosts:
         """Each target dataset's source clip size (`clip_size`), read once."""
         return {d: clip_size(d, self.plan.datasets[d]) for d in self.counts}
 
-    def rendering_seconds(self, dataset: str) -> float:
-        """CPU seconds of one rendering of one of `dataset`'s clips."""
-        return self.cost.rendering_seconds(self.clips[dataset].pixel_frames)
+    def rendering_seconds(self, dataset: str, perturbation: str) -> float:
+        """CPU seconds of one rendering of `perturbation` (a type, or clean) of one of `dataset`'s clips."""
+        return self.cost.rendering_seconds(self.clips[dataset].pixel_frames, perturbation)
 
     def render_set_seconds(self, render_set: tuple[str, str, int]) -> float | None:
         """CPU seconds of one render set: its dataset's clips at every seed of the grid (`Plan.seeds`) x one rendering
@@ -283,7 +363,7 @@ class PlanCosts:
             return None
         ocr = len(self.plan.ocr_engines.get(render_set[0], ())) * self.plan.grid.runtime.num_frames \
             * self.cost.ocr_s_per_frame
-        return n * len(self.plan.seeds) * (self.rendering_seconds(render_set[0]) + ocr)
+        return n * len(self.plan.seeds) * (self.rendering_seconds(render_set[0], render_set[1]) + ocr)
 
     def trial_gpu_seconds(self, spec: TrialSpec) -> float | None:
         n = self.counts.get(spec.dataset)

@@ -61,10 +61,14 @@ def sizing_lines(plan: Plan, cost: CostModel | None = None, todo: list | None = 
         unknown_note = (f"; not counting {', '.join(unknown)} (clip counts unknown)" if unknown else "") + "".join(
             f"; not counting {u}" for u in est.unknown if u not in unknown)
         lines.append(what + est.line() + unknown_note + " (cost model: orchestrator/planning/cost_model.py)")
-        lines.append("  an estimate: GPU figures measured for ViT-B/32 on one NVIDIA H200, rendering on a 2-core AMD "
-                     "EPYC dev machine (`plan --verbose` lists each figure and its source)")
+        lines.append("  an estimate: GPU figures measured for ViT-B/32 on one NVIDIA H200, rendering per type on a "
+                     "2-core AMD EPYC dev machine (`plan --verbose` lists each figure and its source)")
         lines.append("source clips for the render cost (mean width x height, length, rate):")
         lines.extend(f"  {line}" for line in costs.clip_lines())
+        unmeasured = sorted({p for r in plan.renders.values() for p, _ in r if not costs.cost.render_line(p)[1]})
+        if unmeasured:
+            lines.append(f"render cost of {', '.join(unmeasured)}: no measured points, priced at the mean of the "
+                         "measured types' lines (`plan --verbose` lists each type's line)")
     if verbose:
         lines.append("cost model figures (orchestrator/planning/cost_model.py):")
         lines.extend(f"  {line}" for line in costs.cost.describe())
