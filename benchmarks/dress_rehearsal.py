@@ -40,7 +40,6 @@ import os
 import platform
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -53,6 +52,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in os.environ.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
+import provenance  # noqa: E402  (benchmarks/provenance.py, this script's folder)
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
@@ -350,14 +350,7 @@ def trial_tables(costs, trials: list[dict], args) -> list[str]:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = provenance.cpu_model()
     text = f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
     try:
         import torch
@@ -368,14 +361,6 @@ def machine() -> str:
     except ImportError:
         pass
     return text
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 # ----------------------------------------------------------------------------------------------------- main
@@ -481,7 +466,7 @@ def main(argv=None) -> str:
     summary = rendered["summary"]
     lines = [f"## Dress rehearsal: MSRVTT at real size, {args.videos} stand-in videos, {len(args.types)} types x "
              f"{len(args.severities)} severities, {len(trials)} {args.model} trials", "",
-             f"Command: `{cmd.strip()}` at commit {commit()}, {time.strftime('%Y-%m-%d')}.  ",
+             f"Command: `{cmd.strip()}` at commit {provenance.commit()}, {time.strftime('%Y-%m-%d')}.  ",
              f"Machine: {machine()}.  ",
              f"Data: the real MSRVTT_JSFUSION_test.csv (first {args.videos} rows) and MSRVTT_train.9k.csv "
              f"({len(set(p.video_id for p in train.pairs)):,} train videos, {len(train.pairs):,} pairs with stand-in "

@@ -72,7 +72,9 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     from workloads.backbones.finetune import CPU_BF16_MIN_PARAMS, cpu_has_native_bf16
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    from provenance import cpu_model   # benchmarks/provenance.py, this script's folder
+
+    cpu = cpu_model()
     print(f"{cpu}; native bf16: {cpu_has_native_bf16()}; one core, one torch thread; load average "
           f"{os.getloadavg()[0]:.1f}; CPU_BF16_MIN_PARAMS {CPU_BF16_MIN_PARAMS / 1e6:.0f}M", flush=True)
     print("| model | params | batch (x4 frames) | bf16 CPU s/step | fp32 CPU s/step | bf16 / fp32 | faster |")

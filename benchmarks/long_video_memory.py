@@ -33,7 +33,6 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 import argparse
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -220,8 +219,9 @@ def main(argv=None) -> int:
         rows.append(row("style_transfer", path, width, height, frames, (1, 2, 3, 4, 5), adain=True))
     if args.together:
         rows.append(row(",".join(n for n in names if n != "clean"), path, width, height, frames, (1, 2, 3, 4, 5)))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    from provenance import commit as checkout   # benchmarks/provenance.py, this script's folder
+
+    commit = checkout()
     print(f"Command: `python benchmarks/long_video_memory.py {' '.join(sys.argv[1:] if argv is None else argv)}`"
           f" at commit {commit}")
     print(f"Machine: {platform.machine()}, {os.cpu_count()} logical CPUs shared with other jobs, Python "

@@ -403,14 +403,13 @@ def main() -> int:
         print(json.dumps(side(args)))
         return 0
 
-    import platform
+    from provenance import cpu_model   # benchmarks/provenance.py, this script's folder
 
     tmp = tempfile.TemporaryDirectory(prefix="mlvp-overhead-")
     work = Path(args.work or tmp.name)
     work.mkdir(parents=True, exist_ok=True)
     grid_path = make_grid(work)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())
+    cpu = cpu_model()
     what = f"trials of {args.trial_seconds:g} s" if args.trial_seconds else "no-op trials"
     print(f"{args.trials or 'all'} {what}; a fresh process and local Ray with {args.slots} trial slots per "
           f"side; {os.cpu_count()} cores ({cpu}); wave {args.wave if args.wave is not None else 'default'}; load "

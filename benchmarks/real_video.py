@@ -45,6 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 cv2.setNumThreads(1)
 
+import provenance  # noqa: E402  (benchmarks/provenance.py, this script's folder)
 from workloads.video_io import read_frames, read_video, uniform_indices  # noqa: E402
 
 VIDEOS = {  # name: (seconds, width, height)
@@ -236,14 +237,15 @@ def main(argv=None) -> int:
             print(f"generating {path} ...", flush=True)
             generate(path, *VIDEOS[name], args.gop[0])
         print(f"# python benchmarks/real_video.py --part render --gop {args.gop[0]} --repeats {args.repeats}")
-        print(f"# {_cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+        print(f"# {provenance.cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}")
         rc = render_part(path, args.repeats)
         if args.part == "render":
             return rc
         print()
     files = {gop: videos(Path(args.dir), gop) for gop in args.gop}
     print(f"# python benchmarks/real_video.py --gop {' '.join(map(str, args.gop))} --repeats {args.repeats}")
-    print(f"# {_cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}, one decoder thread; "
+    print(f"# {provenance.cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}, one decoder "
+          "thread; "
           f"CPU seconds (process time), median of {args.repeats} (full decode: 1 run)")
     print()
     print("| video | keyframe every | frames / keyframes | **read_frames (12)** | decord get_batch (12) | "
@@ -268,16 +270,6 @@ def main(argv=None) -> int:
     print(f"read_video (whole sequence kept) on {small.name}: {t_video:.2f} s CPU, {video.nbytes / 1e6:.0f} MB")
     print(f"goal read_frames <= 0.5 s on the 3 min 720p video, exact: {'; '.join(verdicts)}")
     return 0
-
-
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

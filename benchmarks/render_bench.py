@@ -59,6 +59,7 @@ try:
 except ImportError:  # torch is a project dependency, but the benchmark does not need it
     torch = None
 
+import provenance  # noqa: E402  (benchmarks/provenance.py, this script's folder)
 from workloads.perturbations.video import NAMES, read_for, render, render_many  # noqa: E402
 from workloads.perturbations.video._registry import VIDEO_PERTURBATIONS as _REGISTRY, ClipContext, get  # noqa: E402
 from workloads.spec import CLEAN  # noqa: E402
@@ -673,26 +674,6 @@ def authors_section(results, repeats: int) -> list[str]:
     return lines
 
 
-def _commit() -> str:
-    """The checkout's short commit, "+uncommitted" when tracked files differ from it."""
-    repo = Path(__file__).resolve().parents[1]
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=repo)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
-                           cwd=repo)
-    return (head.stdout.strip() or "unknown") + ("+uncommitted" if dirty.stdout.strip() else "")
-
-
-def _cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else the platform's processor string."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", type=int, default=64, help="frames in the source clip (default 64)")
@@ -717,7 +698,7 @@ def main(argv=None) -> int:
         clips.append(tuple(int(v) for v in args.long.lower().split("x")))
 
     command = "python benchmarks/render_bench.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    commit = _commit()   # read before the run: the tree may change while it measures
+    commit = provenance.commit(mark_uncommitted=True)   # read before the run: the tree may change while it measures
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "clip.mp4"
         write_mp4(path, make_clip(args.frames, args.size), fps=30.0, crf=18)
@@ -783,7 +764,7 @@ def main(argv=None) -> int:
     cost_lines = []
     if authors:
         cost_lines = cost_rows(authors, f"`{command.strip()}`", commit,
-                         f"{platform.machine()} {_cpu_model()}, {os.cpu_count()} logical CPUs, one core",
+                         f"{platform.machine()} {provenance.cpu_model()}, {os.cpu_count()} logical CPUs, one core",
                          time.strftime("%Y-%m-%d"))
         lines += ["", "### Cost model rows (orchestrator/planning/cost_model.py RENDER_POINTS)", "", "```python",
                   *cost_lines, "```"]
