@@ -216,6 +216,13 @@ class VideoTextModel(nn.Module):
         """The backbone's ranking scores [Nt, Nv], on the cosine scale."""
         return self.pooling.score(text, video)
 
+    @property
+    def own_score(self) -> bool:
+        """Whether the head scores with its own `score` (HVP-Net, TCD) rather than the cosine of pooled features: its
+        score may depend on the scale of `main` (TCD's co-attention does), so a method that normalises features for
+        its own terms must rank the features as encoded."""
+        return type(self.pooling).score is not PoolingHead.score
+
     def similarity(self, text: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
         """Cosine [Nt, Nv] from raw text features and raw frame features (pooling applied to whatever it is
         given; the caller decides on normalisation)."""

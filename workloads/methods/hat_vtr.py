@@ -3,8 +3,9 @@
 
 Own forward (not the base harness's): text features L2-normalised, video features L2-normalised PER FRAME
 ([B or G, T, D]); CLIP4Clip = mean of the normalised frames, re-normalised; X-Pool = pooling head on the normalised
-text and frames, then normalised. S = cosine [B, G] (a backbone with its own score scores the normalised global
-embeddings with its other parts as they are). query_feat: v2t frames [B, T, D] / t2v texts [B, D];
+text and frames, then normalised. S = cosine [B, G]. A backbone with its own score (HVP-Net, TCD) ranks its
+features as it encoded them, unnormalised, with their parts (its head was trained on them); the normalised ones feed
+the loss terms. query_feat: v2t frames [B, T, D] / t2v texts [B, D];
 gallery_feat: v2t texts [G, D] / t2v frames [G, T, D].
 
 Per step (3 per batch):
@@ -217,14 +218,16 @@ class HATVTR(TTAMethod):
         return self._gallery_unit
 
     def forward_output(self, batch: QueryBatch) -> ForwardOutput:
-        # the normalisation applies to the global embeddings; a backbone's other parts are scored as they are
-        # (workloads/backbones/model.py: the backbone contract)
-        g = self.gallery.side.with_main(self.gallery_unit)
         with self.autocast():
             q = self.encode_queries(batch)
-            q = q.with_main(F.normalize(q.main, dim=-1))          # frames [B, T, D] per frame / texts [B, D]
-            scores = self.score_queries(q, g)                    # [B, G]
-        return ForwardOutput(scores.float(), q.main.float(), g.main)
+            q_unit = F.normalize(q.main, dim=-1)                 # frames [B, T, D] per frame / texts [B, D]
+            if self.model.own_score:
+                # a head with its own score was trained on its features as encoded (TCD's co-attention reads their
+                # scale): it ranks those; the normalised ones feed only the loss terms (docs/faithfulness.md)
+                scores = self.score_queries(q, self.gallery.side)
+            else:
+                scores = self.score_queries(q.with_main(q_unit), self.gallery.side.with_main(self.gallery_unit))
+        return ForwardOutput(scores.float(), q_unit.float(), self.gallery_unit)
 
     # -- adaptation ---------------------------------------------------------------------------------------------
     @torch.no_grad()
