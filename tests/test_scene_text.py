@@ -140,6 +140,33 @@ def test_ocr_entries_read_native_frames_once_and_every_trial_shares_them(text_da
 
 
 @needs_ocr
+def test_a_trial_reads_the_render_stages_ocr_of_an_asset_cell_and_names_a_missing_entry(text_data, tmp_path):
+    """Occlusion renders with assets (its builtin boxes), which a trial does not re-render: the render stage's OCR
+    entries are read as they are, and a missing one fails the trial naming the clip."""
+    from workloads.backbones import create_backbone
+    from workloads.render_cache import RenderCache, render_video
+    from workloads.spec import TrialSpec
+    from workloads.trial import ensure_side_inputs, render_key
+
+    engine, cache, test = get_engine(), RenderCache(tmp_path / "render"), text_data.test_split()
+    spec = TrialSpec("synthetic_text", "v2t", "query_shift", "main_object_occlusion", 5, "source", "tcd",
+                     clip_model="mlvp-micro", num_frames=4, resolution=32, data_version=text_data.version(),
+                     render_assets="builtin")
+    rows = [0, 1]
+    for i in rows:   # what the render stage does: the clip and its OCR entry in one decode
+        key = render_key(spec, test.pairs[i].video_id)
+        assert key.assets == "builtin"
+        status = render_video(test.pairs[i].video_path, [key], cache, {"video_id": key.video_id}, ocr=engine)
+        assert status[0]["status"] == "ok", status
+    model = create_backbone("tcd", "mlvp-micro")
+    cells = [("main_object_occlusion", 5)] * len(test)
+    ensure_side_inputs(spec, model, cache, test, rows, cells)   # every entry there: nothing to read, no error
+    cache.ocr_path(render_key(spec, test.pairs[1].video_id), engine.version()).unlink()
+    with pytest.raises(RuntimeError, match=f"OCR of {test.pairs[1].video_id} at main_object_occlusion-5"):
+        ensure_side_inputs(spec, model, cache, test, rows, cells)
+
+
+@needs_ocr
 @pytest.mark.slow
 def test_tcd_fine_tunes_with_its_loss_and_runs_as_a_trial(text_data, shared_cache, tmp_path):
     """TCD through the shared fine-tuning path (its loss, OCR windows of the train clips cached) and through a t2v

@@ -175,14 +175,16 @@ def ensure_side_inputs(spec: TrialSpec, model: VideoTextModel, cache: RenderCach
         return
     from workloads.ocr import ensure_ocr, get_engine
 
+    engine = get_engine(model.pooling.ocr_engine)
     items = []
     for i in rows:
         key = render_key(spec, test.pairs[i].video_id, *cells[i])
-        if key.assets:
-            raise RuntimeError(f"OCR of {key.perturbation} rendered with assets ({key.assets}) must come from the "
-                               "render stage (render_video(..., ocr=engine)); a trial re-renders only asset-free cells")
+        if key.assets and not cache.ocr_path(key, engine.version()).is_file():
+            raise RuntimeError(f"OCR of {key.video_id} at {key.perturbation}-{key.severity}, rendered with assets "
+                               f"({key.assets}), is not in the render cache: it must come from the render stage "
+                               "(render_video(..., ocr=engine)); a trial re-renders only asset-free cells")
         items.append((key, test.pairs[i].video_path))
-    ensure_ocr(cache, items, get_engine(model.pooling.ocr_engine))
+    ensure_ocr(cache, items, engine)
 
 
 def _text_queries(spec: TrialSpec, test: Split, ctx: TrialContext
