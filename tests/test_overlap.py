@@ -53,7 +53,6 @@ def test_render_sets_follow_the_trials_that_need_them(tmp_path, shared_cache):
     assert trial_render_sets(_spec(direction="t2v", perturbation="ocr", severity=7)) == [("d", CLEAN, 0)]
 
 
-
 def test_cost_order_renders_first_the_sets_whose_trials_keep_the_gpus_busy(tmp_path, shared_cache):
     grid_file = write_micro_grid(tmp_path / "o.yaml", name="o",
                                  perturbations="[impulse_noise, gaussian_noise]", severities="[5, 1]")

@@ -77,7 +77,6 @@ def test_window_captions_follow_tcd_template():
     assert clean_words("OPEN |\n OPEN, 24h x ~~") == ["OPEN", "24h"]   # repeats merged, noise dropped
 
 
-
 @pytest.mark.parametrize("base", ["clip4clip", "xpool"])
 def test_tcd_scores_a_clip_by_its_own_ocr_windows_and_without_ocr_ignores_them(base):
     """TCD's score is the mean of its three cosines on the cosine scale; a clip's OCR words enter that clip's

@@ -182,8 +182,6 @@ def test_an_idle_wave_gives_its_actors_back_to_the_producers(tmp_path, cpus, pro
         ray.shutdown()
 
 
-
-
 DRIVER = """
 import json, sys
 from ray import tune

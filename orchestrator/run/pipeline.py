@@ -76,7 +76,6 @@ class Pipeline:
     def _stages(self) -> None:
         import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
-
         plan = self.plan
         pending = dict(self.model_refs)                    # checkpoint path -> task
         made: set[str] = {m["path"] for m in self.checkpoints.values() if m["path"] not in pending}

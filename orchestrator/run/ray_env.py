@@ -36,8 +36,6 @@ def check_resources(gpus_per_trial: float, cpus_per_trial: float) -> None:
                            f"{largest:g} CPUs: lower it")
 
 
-
-
 def auth_token_hint() -> str:
     token = Path("~/.ray/auth_token").expanduser()
     where = f" (stored in {token})" if token.exists() else ""
@@ -78,10 +76,6 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard
     url = ctx.dashboard_url
     return {"dashboard_url": f"http://{url}" if url and not url.startswith("http") else url,
             "address": ctx.address_info.get("address") or ctx.address_info.get("gcs_address")}
-
-
-
-
 
 
 def use_cluster_token() -> None:

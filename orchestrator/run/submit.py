@@ -104,12 +104,6 @@ def submit(grid_path: str, opts: SubmitOptions, console: Console | None = None) 
         tracker.close()
 
 
-
-
-
-
-
-
 def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: SubmitReport, console: Console,
          t_start: float, opts: SubmitOptions | None = None, *, tracker: TrackerProcess) -> SubmitReport:
     """The trials of `todo` and the stages feeding them, on the connected Ray cluster; results through `tracker`

@@ -100,8 +100,6 @@ def _short_name(trial) -> str:
     return f"{spec.backbone_label}_{spec.method_label}_{spec.direction}_{spec.cell}_{spec.key[:8]}"
 
 
-
-
 def trial_error_message(trial) -> str:
     """One line for a trial Tune gave up on: the worker's own exception (`RuntimeError: ...`), not the RayTaskError
     traceback around it. Read from Tune's local copy in the trial folder: `trial.get_error()` reads the storage path,
@@ -156,8 +154,6 @@ class OneLineStateErrors(logging.Filter):
 
 def _ignore(*args: Any) -> None:
     return None
-
-
 
 
 class GatedSearcher(Searcher):
@@ -280,8 +276,6 @@ class FirstPendingScheduler(FIFOScheduler):
                 if trials[i].status == wanted:
                     return trials[i]
         return None
-
-
 
 
 class RecordingScheduler(FirstPendingScheduler):

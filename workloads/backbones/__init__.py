@@ -51,14 +51,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-
-
-
-
-
-
-
-
 def backbone_options(name: str, options: dict[str, Any] | None) -> dict[str, Any]:
     """The options of backbone `name` checked against the Options its head declares (`OPTIONS`: TCD's ocr, engine,
     ...), in their canonical form: sorted, coerced to their kinds, without the ones at their default (null: the

@@ -182,8 +182,6 @@ class BiasCorrectionHead(nn.Module):
         return vid_loss(v, self.mi_video(c), self.mi_video_scale) + vid_loss(t, self.mi_text(c), self.mi_text_scale)
 
 
-
-
 @register_method("titan", order=7, source_stage="bias-correction head")
 class TITAN(TTAMethod):
     lr = {"v2t": 1e-5, "t2v": 1e-5}

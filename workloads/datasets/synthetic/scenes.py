@@ -10,7 +10,6 @@ from workloads.datasets.synthetic.config import (BG_COLOURS, COLOURS, DIRECTIONS
 from workloads.seeding import stable_seed
 
 
-
 def _combo_key(attrs: dict) -> tuple:
     objs = tuple(sorted((o["size"], o["colour"], o["shape"], o["motion"]) for o in attrs["objects"]))
     return attrs["background"]["pattern"], attrs["background"]["colour"], objs
