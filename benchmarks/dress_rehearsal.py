@@ -3,7 +3,8 @@ size, through the real loaders, the render stage's Ray task pool (every perturba
 ViT-B/32 trials, each measured figure beside the cost model's prediction.
 
     python benchmarks/dress_rehearsal.py [--videos 20] [--types all] [--severities 1,2,3,4,5] [--trials 3]
-        [--queries N] [--frames 12] [--model ViT-B-32] [--methods tent] [--device cpu|cuda] [--out FILE.md]
+        [--queries N] [--frames 12] [--model ViT-B-32] [--methods tent] [--device cpu|cuda] [--alone N]
+        [--out FILE.md]
 
 What it does:
 1. **Data**: under `--dir`, an MSRVTT root the MSRVTT loader reads (workloads/datasets/msrvtt.py): the real 1k-A test
@@ -20,6 +21,9 @@ What it does:
    its tasks' wall seconds (one actor, one core), the cost model's (orchestrator/planning/cost_model.py, as `plan`
    uses it: one rendering of a type costs `rendering_seconds` of that type at the dataset's source clip size) is 1
    over that; the whole stream's clips per second on all actors is set beside the plan's CPU seconds over the actors.
+   With `--alone N`, each (type, severity) of the first N stand-ins is then also rendered alone in this process, as
+   benchmarks/render_bench.py (c) measures the cost model's points (`ours_alone`), and each type's CPU seconds per
+   clip in the Ray tasks are set beside its CPU seconds per rendering alone on the same videos, in the same run.
 3. **Trials**: `--trials` of the plan's trials (spread over its types and severities), each through the trial
    function the Ray Tune trainable runs (workloads/trial.py `run`, in the context `submit` gives it) with
    random-initialised weights (open_clip's ViT-B-32 architecture, nothing downloaded; timing does not depend on the
@@ -213,14 +217,38 @@ def render_part(plan, actors: int, work: Path, progress) -> dict:
     sets = [(d, p, s) for d, needs in plan.renders.items() for p, s in needs]
     stream = RenderStream(plan, lambda need: None, actors=actors, progress=progress,
                           render_fn=measured_render_rows, render_kwargs=kwargs)
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     stream.add(sets)
     stream.close()
     summary = stream.join()
     wall = time.perf_counter() - t0
     records = [json.loads(line) for p in sorted(log_dir.glob("*.jsonl")) for line in p.read_text().splitlines()]
-    return {"summary": summary, "wall_s": wall, "records": records, "sets": sets,
+    return {"summary": summary, "wall_s": wall, "records": records, "sets": sets, "load": (load, os.getloadavg()[0]),
             "declared": render_task_memory(plan, [d for d, _, _ in sets])}
+
+
+def alone_part(stand_ins: list[dict], types: list[str], severities: list[int], progress) -> dict:
+    """Each (type, severity) of these videos rendered alone in this process (benchmarks/render_bench.py (c)
+    `ours_alone`: decode what the type reads, render; one warm-up call per type first, as there): {type: [CPU s,
+    renderings]}, and the 1-minute load average before and after."""
+    from render_bench import ours_alone   # benchmarks/render_bench.py, this script's folder
+
+    out: dict[str, list] = {}
+    load = os.getloadavg()[0]
+    task = progress.add_task("alone", total=len(types) * len(stand_ins) * len(severities), unit="renderings",
+                             failed=0, note="in this process")
+    for p in types:
+        ours_alone(stand_ins[0]["path"], p, severities[0])
+        t = out.setdefault(p, [0.0, 0])
+        for v in stand_ins:
+            for sev in severities:
+                c0 = time.process_time()
+                ours_alone(v["path"], p, sev)
+                t[0] += time.process_time() - c0
+                t[1] += 1
+                progress.update(task, advance=1)
+    return {"types": out, "load": (load, os.getloadavg()[0])}
 
 
 # ----------------------------------------------------------------------------------------------------- trials
@@ -325,6 +353,23 @@ def render_tables(plan, costs, r: dict, actors: int) -> list[str]:
     return lines
 
 
+def alone_tables(r: dict, alone: dict, stand_ins: list[dict]) -> list[str]:
+    ids = {v["video_id"] for v in stand_ins}
+    lines = [f"### Rendering: CPU s per clip in the Ray tasks against each rendering alone ({len(ids)} stand-ins)",
+             "", "| type | clips | Ray tasks, CPU s per clip | alone, CPU s per rendering | Ray / alone |",
+             "|---|---:|---:|---:|---:|"]
+    for p, (cpu, n) in alone["types"].items():
+        recs = [rec for rec in r["records"] if rec["perturbation"] == p and rec["video_id"] in ids]
+        per_clip = sum(rec["cpu_s"] for rec in recs) / max(1, sum(rec["clips"] for rec in recs))
+        lines.append(f"| {p} | {n} | {per_clip:.3f} | {cpu / n:.3f} | {ratio(per_clip, cpu / n)} |")
+    lines += ["", f"Ray tasks: these videos' rows of the stream above (a row decodes once, renders the type's "
+              "severities, resizes and writes each clip). Alone: after the stream, each (type, severity) by itself in "
+              "this process (render_bench.py (c) `ours_alone`: decode what the type reads, render). Load average (1 "
+              f"min): {r['load'][0]:.1f} before the stream, {r['load'][1]:.1f} after it, {alone['load'][1]:.1f} after "
+              "the alone pass."]
+    return lines
+
+
 def trial_tables(costs, trials: list[dict], args) -> list[str]:
     cost = costs.cost
     lines = [f"### Trials: {args.model} (random init), v2t, on {args.device}, {args.precision}", "",
@@ -386,6 +431,9 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads of a trial (default 1: runtime.cpus_per_trial's default, as submit runs it)")
     ap.add_argument("--actors", type=int, default=None, help="render tasks at once (default: every CPU)")
+    ap.add_argument("--alone", type=int, default=0, metavar="N",
+                    help="also render each (type, severity) of the first N stand-ins alone in this process and set "
+                         "its CPU s beside the Ray tasks' (default 0: not)")
     ap.add_argument("--seconds", default="10-30", help="stand-in video lengths, MIN-MAX seconds (default 10-30)")
     ap.add_argument("--annotations", default=None, help="folder with MSRVTT_JSFUSION_test.csv and "
                                                          "MSRVTT_train.9k.csv (default: the reference copy)")
@@ -454,6 +502,9 @@ def main(argv=None) -> str:
 
             ray.shutdown()
         phase("rendering")
+        alone = alone_part(stand_ins[:args.alone], args.types, args.severities, progress) if args.alone else None
+        if alone:
+            phase("alone")
         specs = pick_trials(plan.trials, args.trials)
         trials = trial_part(plan, specs, args, root, args.queries, progress)
         phase("trials")
@@ -480,7 +531,10 @@ def main(argv=None) -> str:
              f"would reserve {finetune_task_memory(plan, model, 'cuda') / 2**30:.1f} GiB of host memory on a GPU "
              f"({finetune_task_memory(plan, model, 'cpu') / 2**30:.1f} GiB on a CPU; workloads/finetune_memory.py) "
              f"and take {costs.checkpoint_gpu_seconds(model) / 3600:.2f} GPU-hours by the cost model.", ""]
-    lines += render_tables(plan, costs, rendered, args.actors) + [""] + trial_tables(costs, trials, args)
+    lines += render_tables(plan, costs, rendered, args.actors) + [""]
+    if alone:
+        lines += alone_tables(rendered, alone, stand_ins[:args.alone]) + [""]
+    lines += trial_tables(costs, trials, args)
     text = "\n".join(lines) + "\n"
     print(text, flush=True)
     if args.out:

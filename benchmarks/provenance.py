@@ -11,14 +11,21 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else the platform's processor string."""
+    """The CPU's model name from /proc/cpuinfo (Linux) with its widest vector extension, "AMD EPYC (AVX-512)" or
+    "(AVX2)": the dev machines' CPUs all read "AMD EPYC", and the one with AVX2 only renders about 2x slower
+    (benchmarks/RESULTS.md, "Per-type pricing"); else the platform's processor string."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    if "model name" not in fields:
+        return platform.processor() or platform.machine()
+    flags = set(fields.get("flags", "").split())
+    simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else None
+    return f"{fields['model name']} ({simd})" if simd else fields["model name"]
 
 
 def commit(mark_uncommitted: bool = False) -> str:

@@ -1,6 +1,7 @@
 """benchmarks/dress_rehearsal.py end to end at a tiny size (issue #33 item 5): the real MSRVTT annotation files with
 two stand-in videos, two perturbation types on the render stage's Ray tasks, one ViT-B/32 trial (random init) on the
-CPU; every row of its tables holds a measured figure, the cost model's prediction and their ratio."""
+CPU; every row of its tables holds a measured figure, the cost model's prediction and their ratio, and with
+`--alone` each type's CPU s per clip in the Ray tasks beside its CPU s per rendering alone."""
 from __future__ import annotations
 
 import os
@@ -22,7 +23,8 @@ def test_the_dress_rehearsal_runs_and_sets_every_figure_beside_its_prediction(tm
            "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "dress_rehearsal.py"), "--videos", "2",
                            "--types", "gaussian_noise,fog", "--severities", "1", "--trials", "1", "--frames", "4",
-                           "--seconds", "10-11", "--actors", "2", "--device", "cpu", "--methods", "source",
+                           "--seconds", "10-11", "--actors", "2", "--alone", "1", "--device", "cpu",
+                           "--methods", "source",
                            "--annotations", str(REPO / "tests" / "data" / "annotations" / "MSRVTT"),
                            "--dir", str(tmp_path / "work"), "--out", str(out)],
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
@@ -32,7 +34,7 @@ def test_the_dress_rehearsal_runs_and_sets_every_figure_beside_its_prediction(tm
     videos = sorted(p.name for p in (tmp_path / "work" / "MSRVTT" / "videos").glob("*.mp4"))
     assert videos == ["video9770.mp4", "video9771.mp4"], videos
     tables = _tables(text)
-    assert set(tables) == {"types", "stream", "actors", "trials"}, list(tables)
+    assert set(tables) == {"types", "stream", "actors", "alone", "trials"}, list(tables)
     types = tables["types"]
     assert [r[0] for r in types] == ["gaussian_noise", "fog"]
     for row in types:       # clips, failed, wall, CPU, clips/s measured, predicted, ratio, per CPU s, ratio
@@ -44,6 +46,10 @@ def test_the_dress_rehearsal_runs_and_sets_every_figure_beside_its_prediction(tm
     assert tables["actors"] and all(_number(r[3]) > 100 for r in tables["actors"])     # peak RSS MiB
     for row in tables["actors"]:
         _check_ratio(row[3], row[4], row[5])
+    assert [r[0] for r in tables["alone"]] == ["gaussian_noise", "fog"]
+    for row in tables["alone"]:   # clips of the first video, Ray tasks' CPU s per clip, alone, Ray / alone
+        assert int(row[1]) == 1
+        _check_ratio(row[2], row[3], row[4])
     (trial,) = tables["trials"]
     assert trial[0] == "source gaussian_noise-1" and int(trial[1]) == 2
     _check_ratio(trial[3], trial[4], trial[5])
@@ -74,7 +80,7 @@ def _check_ratio(measured: str, predicted: str, ratio: str) -> None:
 def _tables(text: str) -> dict[str, list[list[str]]]:
     """The markdown tables under each '### ' heading, by a short name, without their header rows."""
     names = {"Rendering: clips per second": "types", "Rendering: the whole stream": "stream",
-             "Rendering: peak RSS": "actors", "Trials:": "trials"}
+             "Rendering: peak RSS": "actors", "Rendering: CPU s per clip": "alone", "Trials:": "trials"}
     out, current = {}, None
     for line in text.splitlines():
         if line.startswith("### "):
