@@ -42,3 +42,16 @@ def test_gpu_trials_on_a_cluster_without_gpus(cluster):
     # no GPU slot: every CPU renders; Tune's count stays one (submit never gets this far: ray_env.check_resources
     # stops a GPU grid on a cluster without GPUs before the pipeline starts)
     assert trial_slots(rt, cluster) == 1 and render_actors(rt, cluster) == 4
+
+
+def test_first_finetunes_take_the_node_only_when_nothing_else_could_use_it():
+    from orchestrator.planning.resources import first_finetune_cpus
+
+    one_node = Cluster(cpus=2, gpus=0, largest_node_cpus=2)
+    cpu = RuntimeSpec(cpus_per_trial=1)
+    assert first_finetune_cpus(cpu, one_node, 1, gates_every_trial=True) == 2   # the quickstart's clip4clip
+    assert first_finetune_cpus(cpu, Cluster(8, 0, 8), 3, True) == 2             # 8 CPUs over 3: 2 each
+    assert first_finetune_cpus(cpu, one_node, 2, True) == 0                     # one CPU each: the usual share
+    assert first_finetune_cpus(cpu, one_node, 1, gates_every_trial=False) == 0  # a trial could run beside it
+    assert first_finetune_cpus(cpu, Cluster(16, 0, 8), 1, True) == 0             # other nodes render meanwhile
+    assert first_finetune_cpus(RuntimeSpec(gpus_per_trial=0.5), Cluster(2, 1, 2), 1, True) == 0   # GPU fine-tune

@@ -12,16 +12,16 @@ from rich.markup import escape
 
 from orchestrator.config.assets import dataset_assets
 from orchestrator.planning.clean_check import CheckReport, check_cases
-from orchestrator.planning.environment import checkpoint_paths
+from orchestrator.planning.environment import checkpoint_paths, models_to_make
 from orchestrator.planning.needs import check_need, set_need
 from orchestrator.planning.plan import Plan
 from orchestrator.planning.render_sets import cost_ordered_sets, ordered_sets
-from orchestrator.planning.resources import Cluster, render_actors, trial_slots
+from orchestrator.planning.resources import Cluster, first_finetune_cpus, render_actors, trial_slots
 from orchestrator.record.ledger import TrialLedger
 from orchestrator.run.options import SubmitOptions, SubmitReport
 from orchestrator.stages.assets import prepare_assets, prepares_assets
 from orchestrator.stages.check import refuse_misses, run_check
-from orchestrator.stages.finetune import launch_models, model_line
+from orchestrator.stages.finetune import first_models, launch_models, model_line
 from orchestrator.stages.render import RenderStream
 from orchestrator.stages.text_render import render_text_sets
 from workloads.spec import CLEAN
@@ -44,6 +44,9 @@ class Pipeline:
         self.slots = 1.0                    # trials at once on the cluster (`trial_slots`), set by `start`
         self.deferred: list = []
         self.model_refs: dict[str, Any] = {}
+        # (the first fine-tunes' checkpoint paths, the render sets that wait for them): set by `start` where those
+        # fine-tunes take the node (orchestrator/planning/resources.py `first_finetune_cpus`)
+        self.after_first: tuple[set[str], list] | None = None
         self.t0 = time.time()
         self._thread = threading.Thread(target=self._stage, name="submit-stages", daemon=True)
 
@@ -57,9 +60,23 @@ class Pipeline:
         self.deferred = [rs for rs in sets if prepares_assets(rs[1])]
         self.stream = RenderStream(plan, self.gate.ready, actors=actors, progress=self.progress,
                                    assets={n: dataset_assets(plan.grid, n) for n in plan.renders})
-        self.stream.add([rs for rs in sets if rs not in self.deferred])
+        first = first_models(plan)
+        paths = {str(plan.model_path(*key)) for key in models_to_make(plan)}
+        gating = all(self.checkpoints[f"{t.backbone_label}|{t.source_dataset or t.dataset}"]["path"] in paths
+                     for t in self.gate.specs())
+        first_cpus = first_finetune_cpus(plan.grid.runtime, cluster, len(first), gating)
         self.t0 = time.time()
-        self.model_refs = launch_models(plan, self.console, cpus=max(1, int(cluster.cpus) - actors))
+        # launched before the render sets: fine-tunes that take the node (first_cpus) get it while it is free, and
+        # those sets wait for them (`_stages`)
+        self.model_refs = launch_models(plan, self.console, cpus=max(1, int(cluster.cpus) - actors),
+                                        first_cpus=first_cpus)
+        now = [rs for rs in sets if rs not in self.deferred]
+        if first_cpus:
+            self.after_first = ({str(plan.model_path(*key)) for key in first}, now)
+            self.console.print(f"  the first fine-tunes train on {first_cpus} CPUs each: no trial can start before "
+                               "them; rendering follows")
+        else:
+            self.stream.add(now)
         self._thread.start()
 
     # -- the stage thread ----------------------------------------------------------------------------------------
@@ -87,6 +104,9 @@ class Pipeline:
                      if j.stand_in is not None}
         assets_done, text_done = not self.deferred, not plan.text_sets
         while not self._stopped.is_set():
+            if self.after_first is not None and self.after_first[0] <= made:
+                self.stream.add(self.after_first[1])
+                self.after_first = None
             for group in [g for g in groups if self.checkpoints[f"{g[0]}|{g[1]}"]["path"] in made]:
                 groups.remove(group)
                 reports.append(self._check(group))
@@ -97,7 +117,7 @@ class Pipeline:
             if not text_done and stand_ins <= made:
                 text_done = True
                 self._text_sets()
-            if not groups and assets_done and text_done:
+            if not groups and assets_done and text_done and self.after_first is None:
                 break
             if not pending:
                 raise RuntimeError(f"internal: checks {groups} wait for checkpoints that are not being made")

@@ -17,11 +17,13 @@ from workloads.datasets import create_dataset
 from workloads.finetune_memory import finetune_bytes
 
 
-def launch_models(plan: Plan, console: Console, cpus: int | None = None) -> dict[str, Any]:
+def launch_models(plan: Plan, console: Console, cpus: int | None = None, first_cpus: int = 0) -> dict[str, Any]:
     """Fine-tune (or pretrain) the checkpoints the grid does not supply, all at once, as Ray tasks so a cluster's GPU
     nodes do the work in parallel (an X-Pool that starts from a clip4clip waits for that one's task). Returns
     checkpoint path -> ObjectRef of its task's record (only the checkpoints to make). `cpus`: per CPU fine-tune
-    (default: every CPU available now)."""
+    (default: every CPU available now); `first_cpus`, where not 0: per CPU fine-tune whose parent is not made here
+    (`first_models`), which then trains on that many torch threads (orchestrator/planning/resources.py
+    `first_finetune_cpus`)."""
     import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
     models = checkpoint_paths(plan)
@@ -30,6 +32,7 @@ def launch_models(plan: Plan, console: Console, cpus: int | None = None) -> dict
     # at most what one node holds beside one trial slot (producer_share): an X-Pool fine-tune starts when its
     # clip4clip is done, possibly while Ray Tune holds a trial actor
     cpus = 1 if gpus else max(1, min(cpus or int(ray.available_resources().get("CPU", 1)), most_cpus))
+    first = set(first_models(plan)) if first_cpus and not gpus else set()
     task = ray.remote(num_cpus=cpus, num_gpus=gpus)(_finetune_task)
     node_memory = int(max((n.get("Resources", {}).get("memory", 0) for n in ray.nodes() if n.get("Alive")), default=0))
     for backbone, source in models_to_make(plan):  # plan order: clip4clip before the X-Pool starting from it
@@ -56,10 +59,18 @@ def launch_models(plan: Plan, console: Console, cpus: int | None = None) -> dict
                           f"largest node gives Ray ({node_memory / 2**30:.1f} GiB): it reserves that, and may run "
                           "out of memory (a smaller batch, or a node with more memory)[/]")
             memory = node_memory
-        run = task.options(num_cpus=cpus + ft.workers if gpus else cpus, memory=memory)
+        run = task.options(num_cpus=cpus + ft.workers if gpus else first_cpus if (backbone, source) in first else cpus,
+                           memory=memory)
         refs[str(path)] = run.remote(m.finetune, ds, dsp.root, dsp.options, dsp.version, str(plan.paths.models),
                                       init, "cuda" if gpus else "cpu", after)
     return refs
+
+
+def first_models(plan: Plan) -> list[tuple[str, str]]:
+    """(backbone, source) of the checkpoints to make whose parent (`ModelPlan.init_from`) is not made here: what can
+    start at once."""
+    todo = models_to_make(plan)
+    return [key for key in todo if plan.models[key].init_from not in todo]
 
 
 def finetune_task_memory(plan: Plan, model: ModelPlan, device: str) -> int:
@@ -92,8 +103,13 @@ def prepare_models(plan: Plan, console: Console) -> dict[str, dict[str, Any]]:
 
 def _finetune_task(config, dataset: str, root, options, data_version: str, cache_dir: str, init_path, device: str,
                    after=None):
+    import ray
     from workloads.backbones.finetune import ensure_finetuned   # imports torch (seconds): only in the fine-tuning task
 
+    if device == "cpu":   # as many torch threads as CPUs Ray gave the task (a worker may have run a 1-CPU task before)
+        import torch
+
+        torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
     ds = create_dataset(dataset, root=root, **options)
     _, record = ensure_finetuned(config, ds.train_split(), ds.test_split(), cache_dir, data_version,
                                  init_path=init_path, log=lambda s: print(s, flush=True), device=device)

@@ -516,7 +516,8 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
     params = sum(p.numel() for p in model.parameters())
     precision = resolve_precision(config.precision, device, params)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-    log(f"training {config.backbone} ({config.recipe} recipe, {steps} steps) on {device} in {precision}"
+    threads = f" ({torch.get_num_threads()} threads)" if device.type == "cpu" else ""
+    log(f"training {config.backbone} ({config.recipe} recipe, {steps} steps) on {device}{threads} in {precision}"
         + (f" (precision auto: {_auto_reason(precision, device, params)})"
            if config.precision == "auto" else "")
         + (f", batches assembled by {config.workers} worker processes" if config.workers else ""))
@@ -538,7 +539,9 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
     metrics = evaluate(model, test_frames, [test.pairs[i].caption for i in test_kept], test_index, side=test_side)
     record = {"config": asdict(config), "steps": steps, "train_fingerprint": train.fingerprint, "test_fingerprint":
               test.fingerprint, "train_seconds": train_seconds, "metrics": metrics, "code_version": CODE_VERSION,
-              "device": str(device), "precision": precision, "skipped_videos": {"train": train_bad, "test": test_bad}}
+              "device": str(device), "precision": precision, "skipped_videos": {"train": train_bad, "test": test_bad},
+              # a CPU's thread count changes the rounding of its reductions, so the weights (not the checkpoint key)
+              "threads": torch.get_num_threads() if device.type == "cpu" else None}
     save_backbone(model, out_path, record=json.dumps(record))
     log(f"clean test R@1 v2t {metrics['v2t_R1']:.1f} / t2v {metrics['t2v_R1']:.1f} after {train_seconds:.0f}s")
     return record
