@@ -91,10 +91,10 @@ def test_submit_runs_every_cell_logs_mlflow_writes_tables_and_resubmit_reuses(tm
     assert len(client.search_runs([exp.experiment_id], "tags.`mlvp.kind` = 'submission'")) == 1
 
 
-def test_a_finetune_every_trial_waits_for_trains_on_the_whole_node_and_rendering_follows(tmp_path, shared_cache):
-    """On one node with CPU trials, the clip4clip fine-tune every trial waits for takes both CPUs (two torch threads,
-    in its record), the render sets wait for it, and the X-Pool fine-tune that starts from it gets the usual share
-    beside the first trials (orchestrator/planning/resources.py `first_finetune_cpus`)."""
+def test_a_finetune_every_trial_waits_for_trains_on_the_whole_node_after_the_render_sets(tmp_path, shared_cache):
+    """On one node with CPU trials, the render sets come first, then the clip4clip fine-tune every trial waits for
+    takes both CPUs (two torch threads, in its record), and the X-Pool fine-tune that starts from it gets the usual
+    share beside the first trials (orchestrator/planning/resources.py `first_finetune_cpus`)."""
     import json
 
     from conftest import private_cache
@@ -111,10 +111,10 @@ def test_a_finetune_every_trial_waits_for_trains_on_the_whole_node_and_rendering
     threads = {key[0]: json.loads(load_checkpoint(str(plan.model_path(*key)))["record"])["threads"]
                for key in plan.models}
     assert threads == {"clip4clip": 2, "xpool": 1}
-    # every render set was ready only after the clip4clip checkpoint existed
+    # every render set was ready before the clip4clip checkpoint existed
     made = plan.model_path("clip4clip", "synthetic").stat().st_mtime
     sets = {k: t for k, t in report.timeline.items() if k.startswith("render:")}
-    assert sets and all(t >= made for t in sets.values()), (sets, made)
+    assert len(sets) == 2 and all(t < made for t in sets.values()), (sets, made)
 
 
 def test_dry_run_counts_without_starting_ray(tmp_path, shared_cache):

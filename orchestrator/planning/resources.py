@@ -69,12 +69,12 @@ def producer_share(rt: RuntimeSpec, cluster: Cluster) -> tuple[int, float]:
 
 def first_finetune_cpus(rt: RuntimeSpec, cluster: Cluster, first: int, gates_every_trial: bool) -> int:
     """CPUs each of the `first` fine-tunes without a parent being made (a clip4clip, not the X-Pool that starts from
-    it) takes, or 0 for the usual share (`producer_share`, the render actors beside it). Only where they alone can
+    it) takes, or 0 for the usual share (`producer_share`, the render actors beside it). Only where nothing else can
     use the cluster: CPU trials on one node, and every trial to run waits for one of them (`gates_every_trial`), so
-    until they are done nothing else has work but the render sets, which then wait for them (orchestrator/run/
-    pipeline.py). They share the node: its CPUs over `first`, when that is 2 or more (one torch thread each is the
-    usual share). A CPU fine-tune step of the embedded default takes 0.32 s on 2 threads against 0.51 s on one
-    (benchmarks/RESULTS.md, Quickstart), where the render sets of the quickstart take 24 s."""
+    until they are done nothing else has work but the render sets, which then come first on the node's CPUs, so the
+    trials start as the fine-tunes end (orchestrator/run/pipeline.py). They share the node: its CPUs over `first`,
+    when that is 2 or more (one torch thread each is the usual share). A CPU fine-tune step of the embedded default
+    takes 0.32 s on 2 threads against 0.51 s on one (benchmarks/RESULTS.md, Quickstart)."""
     if rt.gpus_per_trial > 0 or not gates_every_trial or first < 1:
         return 0
     if int(cluster.cpus) != cluster.largest_node_cpus:

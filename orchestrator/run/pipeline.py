@@ -44,39 +44,43 @@ class Pipeline:
         self.slots = 1.0                    # trials at once on the cluster (`trial_slots`), set by `start`
         self.deferred: list = []
         self.model_refs: dict[str, Any] = {}
-        # (the first fine-tunes' checkpoint paths, the render sets that wait for them): set by `start` where those
-        # fine-tunes take the node (orchestrator/planning/resources.py `first_finetune_cpus`)
-        self.after_first: tuple[set[str], list] | None = None
+        # (the render sets' needs, CPUs per fine-tune, CPUs per first fine-tune): the fine-tunes launch once those sets
+        # are ready; set by `start` where the first fine-tunes take the node (orchestrator/planning/resources.py
+        # `first_finetune_cpus`)
+        self.before_models: tuple[list[str], int, int] | None = None
         self.t0 = time.time()
         self._thread = threading.Thread(target=self._stage, name="submit-stages", daemon=True)
 
     def start(self) -> None:
         plan = self.plan
+        rt = plan.grid.runtime
         cluster = Cluster.current()
-        self.slots = trial_slots(plan.grid.runtime, cluster)
-        actors = render_actors(plan.grid.runtime, cluster)
+        self.slots = trial_slots(rt, cluster)
+        actors = render_actors(rt, cluster)
+        finetune_cpus = max(1, int(cluster.cpus) - actors)
+        first = first_models(plan)
+        to_make = {str(plan.model_path(*key)) for key in models_to_make(plan)}
+        gating = all(self.checkpoints[f"{t.backbone_label}|{t.source_dataset or t.dataset}"]["path"] in to_make
+                     for t in self.gate.specs())
+        first_cpus = first_finetune_cpus(rt, cluster, len(first), gating)
+        if first_cpus:   # nothing else has work until the render sets and the first fine-tunes are done: both
+            actors = cluster.largest_node_cpus   # take the node, the sets first, so the trials start as those end
         sets = cost_ordered_sets(plan, ordered_sets(plan, self.gate.specs()), self.gate.specs(),
                                  render_cpus=actors, trial_slots=self.slots)
         self.deferred = [rs for rs in sets if prepares_assets(rs[1])]
         self.stream = RenderStream(plan, self.gate.ready, actors=actors, progress=self.progress,
                                    assets={n: dataset_assets(plan.grid, n) for n in plan.renders})
-        first = first_models(plan)
-        paths = {str(plan.model_path(*key)) for key in models_to_make(plan)}
-        gating = all(self.checkpoints[f"{t.backbone_label}|{t.source_dataset or t.dataset}"]["path"] in paths
-                     for t in self.gate.specs())
-        first_cpus = first_finetune_cpus(plan.grid.runtime, cluster, len(first), gating)
-        self.t0 = time.time()
-        # launched before the render sets: fine-tunes that take the node (first_cpus) get it while it is free, and
-        # those sets wait for them (`_stages`)
-        self.model_refs = launch_models(plan, self.console, cpus=max(1, int(cluster.cpus) - actors),
-                                        first_cpus=first_cpus)
         now = [rs for rs in sets if rs not in self.deferred]
+        self.stream.add(now)
+        self.t0 = time.time()
         if first_cpus:
-            self.after_first = ({str(plan.model_path(*key)) for key in first}, now)
-            self.console.print(f"  the first fine-tunes train on {first_cpus} CPUs each: no trial can start before "
-                               "them; rendering follows")
+            self.before_models = ([set_need(*rs) for rs in now], finetune_cpus, first_cpus)
+            names, many = " and ".join(f"{b}/{d}" for b, d in first), len(first) > 1
+            self.console.print(f"  no trial can start before {names} {'are' if many else 'is'} fine-tuned: rendering "
+                               f"first on {actors} CPUs, then the fine-tune{'s' if many else ''} on {first_cpus} CPUs"
+                               f"{' each' if many else ''}")
         else:
-            self.stream.add(now)
+            self.model_refs = launch_models(plan, self.console, cpus=finetune_cpus)
         self._thread.start()
 
     # -- the stage thread ----------------------------------------------------------------------------------------
@@ -95,7 +99,8 @@ class Pipeline:
 
         plan = self.plan
         pending = dict(self.model_refs)                    # checkpoint path -> task
-        made: set[str] = {m["path"] for m in self.checkpoints.values() if m["path"] not in pending}
+        to_make = {str(plan.model_path(*key)) for key in models_to_make(plan)}
+        made: set[str] = {m["path"] for m in self.checkpoints.values() if m["path"] not in to_make}
         groups = list(dict.fromkeys((c.backbone, c.source) for c in check_cases(plan)))
         reports: list = []
         embedders = {self.checkpoints[f"{b}|{d}"]["path"] for d, (b, _, _) in plan.embedders.items()
@@ -104,9 +109,11 @@ class Pipeline:
                      if j.stand_in is not None}
         assets_done, text_done = not self.deferred, not plan.text_sets
         while not self._stopped.is_set():
-            if self.after_first is not None and self.after_first[0] <= made:
-                self.stream.add(self.after_first[1])
-                self.after_first = None
+            if self.before_models is not None and self._ready(self.before_models[0]):
+                self.model_refs = launch_models(plan, self.console, cpus=self.before_models[1],
+                                                first_cpus=self.before_models[2])
+                pending.update(self.model_refs)
+                self.before_models = None
             for group in [g for g in groups if self.checkpoints[f"{g[0]}|{g[1]}"]["path"] in made]:
                 groups.remove(group)
                 reports.append(self._check(group))
@@ -117,9 +124,12 @@ class Pipeline:
             if not text_done and stand_ins <= made:
                 text_done = True
                 self._text_sets()
-            if not groups and assets_done and text_done and self.after_first is None:
+            if not groups and assets_done and text_done and self.before_models is None:
                 break
             if not pending:
+                if self.before_models is not None:
+                    time.sleep(0.2)
+                    continue
                 raise RuntimeError(f"internal: checks {groups} wait for checkpoints that are not being made")
             done, _ = ray.wait(list(pending.values()), num_returns=1, timeout=1.0)
             for path, ref in list(pending.items()):
@@ -132,14 +142,20 @@ class Pipeline:
             self.stream.close()
 
     def _wait(self, needs: list[str]) -> None:
-        while not all(self.gate.is_ready(n) for n in needs):
-            if self._stopped.is_set():
-                raise KeyboardInterrupt
-            if self.stream.error is not None or not self.stream.alive():
-                self.stream.join(0)      # re-raises the render stream's error
-                missing = [n for n in needs if not self.gate.is_ready(n)]
-                raise RuntimeError(f"render stream ended before {missing[:3]}")
+        while not self._ready(needs):
             time.sleep(0.1)
+
+    def _ready(self, needs: list[str]) -> bool:
+        """Whether these render sets are ready; raises where they never will be (stopped, the stream broken)."""
+        if all(self.gate.is_ready(n) for n in needs):
+            return True
+        if self._stopped.is_set():
+            raise KeyboardInterrupt
+        if self.stream.error is not None or not self.stream.alive():
+            self.stream.join(0)      # re-raises the render stream's error
+            missing = [n for n in needs if not self.gate.is_ready(n)]
+            raise RuntimeError(f"render stream ended before {missing[:3]}")
+        return False
 
     def _check(self, group: tuple[str, str]):
         """The check of one checkpoint (all its targets), once its clean render sets are ready; then the gate. A
