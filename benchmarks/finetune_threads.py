@@ -1,0 +1,97 @@
+"""A CPU fine-tune's step on one torch thread against several, side by side in one run.
+
+What a fine-tune that has the node to itself gains from its CPUs (orchestrator/planning/resources.py
+`first_finetune_cpus`: the quickstart's clip4clip trains on both cores of a 2-core machine). For each thread count,
+`train_step` (the step `finetune` runs, fp32) on random clips and captions, in a fresh process, after two untimed
+steps; the thread counts' runs alternated. It prints wall seconds per step (what the critical path waits for: the
+machine must be quiet), the ratio to one thread, and whether the weights after the timed steps are the same bits as
+one thread's (a thread count changes the rounding of torch's reductions: the fine-tune records its count).
+
+    python benchmarks/finetune_threads.py [--model mlvp-tiny:64] [--threads 1,2] [--steps 8] [--repeat 2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def one(model_name: str, batch: int, threads: int, steps: int) -> dict:
+    """Wall seconds per step and a digest of the weights after them, in this process."""
+    import hashlib
+    import time
+
+    import torch
+
+    sys.path.insert(0, str(REPO))
+    from workloads.backbones import create_backbone
+    from workloads.backbones.finetune import FinetuneConfig, optimizer, train_step
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    config = FinetuneConfig(backbone="clip4clip", clip_model=model_name, steps=steps + 2, batch_size=batch)
+    model = create_backbone("clip4clip", model_name, clip_only=True, device=torch.device("cpu")).train()
+    opt, sched = optimizer(model, config)
+    size = model.image_size
+    g = torch.Generator().manual_seed(0)
+    clips = torch.randint(0, 256, (batch, config.frames_per_clip, size, size, 3), dtype=torch.uint8, generator=g)
+    tokens = model.tokenize([f"caption number {i} of a moving shape" for i in range(batch)])
+    fp32 = torch.autocast("cpu", dtype=torch.bfloat16, enabled=False)
+    for _ in range(2):
+        train_step(model, opt, sched, fp32, tokens, clips)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        train_step(model, opt, sched, fp32, tokens, clips)
+    wall = (time.perf_counter() - t0) / steps
+    digest = hashlib.sha256()
+    for p in model.parameters():
+        digest.update(p.detach().numpy().tobytes())
+    return {"wall_s_per_step": wall, "weights": digest.hexdigest()[:16]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="example: python benchmarks/finetune_threads.py --threads 1,2 --steps 8")
+    ap.add_argument("--model", default="mlvp-tiny:64", help="NAME:BATCH, clips per step at 4 frames (default "
+                                                            "mlvp-tiny:64, the quickstart's fine-tune)")
+    ap.add_argument("--threads", default="1,2", help="comma-separated torch thread counts (default 1,2)")
+    ap.add_argument("--steps", type=int, default=8, help="timed steps per run (default 8)")
+    ap.add_argument("--repeat", type=int, default=2, help="runs of each count, alternated (default 2)")
+    ap.add_argument("--one", nargs=3, metavar=("MODEL", "BATCH", "THREADS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one[0], int(args.one[1]), int(args.one[2]), args.steps)))
+        return 0
+
+    from provenance import commit, cpu_model   # benchmarks/provenance.py, this script's folder
+
+    name, batch = args.model.rsplit(":", 1)
+    counts = [int(t) for t in args.threads.split(",")]
+    print(f"{cpu_model()}, {os.cpu_count()} CPUs; {commit(mark_uncommitted=True)}; load average "
+          f"{os.getloadavg()[0]:.1f}; {name}, {batch} clips x 4 frames a step, fp32", flush=True)
+    runs: dict[int, list[dict]] = {t: [] for t in counts}
+    for _ in range(args.repeat):
+        for t in counts:
+            cmd = [sys.executable, __file__, "--steps", str(args.steps), "--one", name, batch, str(t)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            runs[t].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    base = statistics.median(r["wall_s_per_step"] for r in runs[counts[0]])
+    print(f"| torch threads | wall s/step (runs) | vs {counts[0]} | weights after {args.steps} steps |")
+    print("|---:|---:|---:|---|")
+    for t in counts:
+        walls = [r["wall_s_per_step"] for r in runs[t]]
+        digests = {r["weights"] for r in runs[t]}
+        same = "same bits" if digests == {r["weights"] for r in runs[counts[0]]} else "other bits"
+        print(f"| {t} | {statistics.median(walls):.3f} ({'/'.join(f'{w:.3f}' for w in walls)}) | "
+              f"{base / statistics.median(walls):.2f}x | {same}{'' if len(digests) == 1 else ' (runs differ)'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
