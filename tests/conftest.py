@@ -31,6 +31,13 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+# The Ctrl-C tests (tests/test_faults.py, tests/test_interrupts.py) send SIGINT to processes they start. A shell
+# starts a background job (`cmd &`, nohup) with SIGINT ignored, every process under it inherits that, and Python
+# leaves an ignored SIGINT ignored: the CLI then ran on, as the POSIX convention for background jobs wants. The tests
+# need it delivered, so the test processes take it back (a handled signal reaches an exec'd child as the default).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 # Test files that share a session fixture run in one pytest-xdist worker. Each worker builds its own session
 # fixtures, and `--dist loadfile` (the README's test command) hands files out one by one: tiny_results (a whole
 # submission) was made twice when the report and browser tests landed on different workers.
