@@ -74,7 +74,7 @@ def first_finetune_cpus(rt: RuntimeSpec, cluster: Cluster, first: int, gates_eve
     until they are done nothing else has work but the render sets, which then come first on the node's CPUs, so the
     trials start as the fine-tunes end (orchestrator/run/pipeline.py). They share the node: its CPUs over `first`,
     when that is 2 or more (one torch thread each is the usual share). A CPU fine-tune step of the embedded default
-    takes 0.32 s on 2 threads against 0.51 s on one (benchmarks/RESULTS.md, Quickstart)."""
+    takes 0.28 s on 2 threads against 0.48 s on one (benchmarks/RESULTS.md, Quickstart)."""
     if rt.gpus_per_trial > 0 or not gates_every_trial or first < 1:
         return 0
     if int(cluster.cpus) != cluster.largest_node_cpus:
