@@ -24,27 +24,38 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def one(model_name: str, batch: int, precision: str, steps: int) -> dict:
-    """CPU seconds per step of one configuration, in this process."""
-    import time
-
+def step_inputs(model_name: str, batch: int, steps: int):
+    """A fresh clip4clip of `model_name` on the CPU (seed 0) with its optimizer and schedule for `steps`, and `batch`
+    random clips (4 frames) and captions: what `train_step` is timed on here and in benchmarks/finetune_threads.py.
+    Returns (model, optimizer, schedule, tokens, clips)."""
     import torch
 
     sys.path.insert(0, str(REPO))
     from workloads.backbones import create_backbone
-    from workloads.backbones.finetune import FinetuneConfig, optimizer, train_step
+    from workloads.backbones.finetune import FinetuneConfig, optimizer
 
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    torch.set_num_threads(1)
     torch.manual_seed(0)
-    config = FinetuneConfig(backbone="clip4clip", clip_model=model_name, steps=steps + 2, batch_size=batch)
+    config = FinetuneConfig(backbone="clip4clip", clip_model=model_name, steps=steps, batch_size=batch)
     model = create_backbone("clip4clip", model_name, clip_only=True, device=torch.device("cpu")).train()
     opt, sched = optimizer(model, config)
     size = model.image_size
     g = torch.Generator().manual_seed(0)
     clips = torch.randint(0, 256, (batch, config.frames_per_clip, size, size, 3), dtype=torch.uint8, generator=g)
     tokens = model.tokenize([f"caption number {i} of a moving shape" for i in range(batch)])
+    return model, opt, sched, tokens, clips
+
+
+def one(model_name: str, batch: int, precision: str, steps: int) -> dict:
+    """CPU seconds per step of one configuration, in this process."""
+    import time
+
+    import torch
+
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    torch.set_num_threads(1)
+    model, opt, sched, tokens, clips = step_inputs(model_name, batch, steps + 2)
+    from workloads.backbones.finetune import train_step   # importable once step_inputs has put the checkout first
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
     for _ in range(2):
         train_step(model, opt, sched, autocast, tokens, clips)

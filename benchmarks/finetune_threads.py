@@ -29,19 +29,11 @@ def one(model_name: str, batch: int, threads: int, steps: int) -> dict:
 
     import torch
 
-    sys.path.insert(0, str(REPO))
-    from workloads.backbones import create_backbone
-    from workloads.backbones.finetune import FinetuneConfig, optimizer, train_step
+    from finetune_precision import step_inputs   # benchmarks/finetune_precision.py, this script's folder
 
     torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    config = FinetuneConfig(backbone="clip4clip", clip_model=model_name, steps=steps + 2, batch_size=batch)
-    model = create_backbone("clip4clip", model_name, clip_only=True, device=torch.device("cpu")).train()
-    opt, sched = optimizer(model, config)
-    size = model.image_size
-    g = torch.Generator().manual_seed(0)
-    clips = torch.randint(0, 256, (batch, config.frames_per_clip, size, size, 3), dtype=torch.uint8, generator=g)
-    tokens = model.tokenize([f"caption number {i} of a moving shape" for i in range(batch)])
+    model, opt, sched, tokens, clips = step_inputs(model_name, batch, steps + 2)
+    from workloads.backbones.finetune import train_step   # importable once step_inputs has put the checkout first
     fp32 = torch.autocast("cpu", dtype=torch.bfloat16, enabled=False)
     for _ in range(2):
         train_step(model, opt, sched, fp32, tokens, clips)
