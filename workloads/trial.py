@@ -176,10 +176,11 @@ def ensure_side_inputs(spec: TrialSpec, model: VideoTextModel, cache: RenderCach
     from workloads.ocr import ensure_ocr, get_engine
 
     engine = get_engine(model.pooling.ocr_engine)
+    version = engine.version()   # read once: tesseract's asks its binary
     items = []
     for i in rows:
         key = render_key(spec, test.pairs[i].video_id, *cells[i])
-        if key.assets and not cache.ocr_path(key, engine.version()).is_file():
+        if key.assets and not cache.ocr_path(key, version).is_file():
             raise RuntimeError(f"OCR of {key.video_id} at {key.perturbation}-{key.severity}, rendered with assets "
                                f"({key.assets}), is not in the render cache: it must come from the render stage "
                                "(render_video(..., ocr=engine)); a trial re-renders only asset-free cells")
