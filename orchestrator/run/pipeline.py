@@ -44,6 +44,7 @@ class Pipeline:
         self.slots = 1.0                    # trials at once on the cluster (`trial_slots`), set by `start`
         self.deferred: list = []
         self.model_refs: dict[str, Any] = {}
+        self.to_make: set[str] = set()      # checkpoint paths this submission makes, set by `start` before launching
         # (the render sets' needs, CPUs per fine-tune, CPUs per first fine-tune): the fine-tunes launch once those sets
         # are ready; set by `start` where the first fine-tunes take the node (orchestrator/planning/resources.py
         # `first_finetune_cpus`)
@@ -59,8 +60,8 @@ class Pipeline:
         actors = render_actors(rt, cluster)
         finetune_cpus = max(1, int(cluster.cpus) - actors)
         first = first_models(plan)
-        to_make = {str(plan.model_path(*key)) for key in models_to_make(plan)}
-        gating = all(self.checkpoints[f"{t.backbone_label}|{t.source_dataset or t.dataset}"]["path"] in to_make
+        self.to_make = {str(plan.model_path(*key)) for key in models_to_make(plan)}
+        gating = all(self.checkpoints[f"{t.backbone_label}|{t.source_dataset or t.dataset}"]["path"] in self.to_make
                      for t in self.gate.specs())
         first_cpus = first_finetune_cpus(rt, cluster, len(first), gating)
         if first_cpus:   # nothing else has work until the render sets and the first fine-tunes are done: both
@@ -99,8 +100,7 @@ class Pipeline:
 
         plan = self.plan
         pending = dict(self.model_refs)                    # checkpoint path -> task
-        to_make = {str(plan.model_path(*key)) for key in models_to_make(plan)}
-        made: set[str] = {m["path"] for m in self.checkpoints.values() if m["path"] not in to_make}
+        made: set[str] = {m["path"] for m in self.checkpoints.values() if m["path"] not in self.to_make}
         groups = list(dict.fromkeys((c.backbone, c.source) for c in check_cases(plan)))
         reports: list = []
         embedders = {self.checkpoints[f"{b}|{d}"]["path"] for d, (b, _, _) in plan.embedders.items()
