@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import json
 import os
 import shutil
@@ -98,7 +99,10 @@ def noop_trainable(config, env):
     if env.get("timeline"):   # when this trial held its slot, for `slot_use` (a file per trial: no shared writes)
         import os as _os
 
-        with open(_os.path.join(env["timeline"], spec.key), "w") as fh:
+        # named by the trial's place on the grid's axes (`axes_of`), which both sides share: plain Tune's spec takes
+        # its other fields (a method's options) from one template, so its key differs from ours for the same cell
+        place = "~".join(str(getattr(spec, k)) for k in ("dataset", "method", "backbone", "perturbation", "severity"))
+        with open(_os.path.join(env["timeline"], place), "w") as fh:
             fh.write(f"{_os.getpid()} {started} {_time.time()}")
     if "spec" in config:   # ours reports as orchestrator/run/tune.py `trial_trainable` does: the result as one string
         tune.report({"result_json": json.dumps(result.to_dict())})
@@ -170,19 +174,25 @@ class RSS:
             return self.peak
 
 
-def slot_use(timeline: Path, slots: int) -> dict:
+def slot_use(timeline: Path, slots: int, window: tuple[float, float] | None = None) -> dict:
     """From the trials' own start and end times (`noop_trainable`): the share of the slots' time that trials held
     from the first start to the last end, and the hand-off gaps (a worker's next trial start minus its previous trial's
-    end: what the driver's loop takes to give a freed slot its next trial)."""
-    rows = [f.read_text().split() for f in timeline.iterdir()]
+    end: what the driver's loop takes to give a freed slot its next trial). With `window`, the (start, end) wall-clock
+    times of the trial phase (plain Tune's `fit`, our `run_trials`): how long it took before the first trial started
+    (`lead_s`: Tune's start, the trial actors') and after the last one ended (`tail_s`: Tune's end)."""
+    files = list(timeline.iterdir())
+    rows = [f.read_text().split() for f in files]
     if not rows:
         return {}
+    # which trials ran (their places on the grid): both sides must run the same ones
+    trial_set = hashlib.sha1("\n".join(sorted(f.name for f in files)).encode()).hexdigest()[:12]
     spans = sorted((int(pid), float(a), float(b)) for pid, a, b in rows)
     first, last = min(a for _, a, _ in spans), max(b for _, _, b in spans)
     gaps = [a2 - b1 for (p1, _, b1), (p2, a2, _) in zip(spans, spans[1:]) if p1 == p2]
     gaps.sort()
     pick = (lambda q: gaps[min(len(gaps) - 1, int(q * len(gaps)))]) if gaps else (lambda q: float("nan"))
-    return {"busy": sum(b - a for _, a, b in spans) / (slots * (last - first)), "span_s": last - first,
+    ends = {"lead_s": first - window[0], "tail_s": window[1] - last} if window else {}
+    return {**ends, "trials": len(rows), "trial_set": trial_set, "busy": sum(b - a for _, a, b in spans) / (slots * (last - first)), "span_s": last - first,
             "workers": len({p for p, _, _ in spans}), "gap_median_s": pick(0.5), "gap_p90_s": pick(0.9),
             "gap_max_s": gaps[-1] if gaps else float("nan")}
 
@@ -193,10 +203,31 @@ def slots_line(figures: dict) -> str:
         return "slots: no trial timeline"
     return (f"slots busy {100 * u['busy']:.1f}% of {u['span_s']:.1f} s (first trial start to last end), "
             f"{u['workers']} trial workers; hand-off gap median {u['gap_median_s']:.3f} s, p90 "
-            f"{u['gap_p90_s']:.3f} s, max {u['gap_max_s']:.3f} s")
+            f"{u['gap_p90_s']:.3f} s, max {u['gap_max_s']:.3f} s"
+            + (f"; before the first trial {u['lead_s']:.1f} s, after the last {u['tail_s']:.1f} s" if "lead_s" in u
+               else ""))
 
 
-def plain_tune(specs, storage: Path, cpus: float, sleep: float = 0.0, timeline: str | None = None) -> float:
+def axes_of(specs) -> tuple[dict[str, list], list[tuple[str, int]]]:
+    """The axes of plain Tune's grid over `specs` (`plain_tune`): datasets, methods, backbones, (perturbation,
+    severity) cells, each in plan order."""
+    axes = {k: list(dict.fromkeys(getattr(s, k) for s in specs)) for k in ("dataset", "method", "backbone")}
+    return axes, list(dict.fromkeys((s.perturbation, s.severity) for s in specs))
+
+
+def whole_grids(specs, upto: int) -> list[int]:
+    """The counts n <= `upto` whose first n trials of `specs` are exactly plain Tune's grid over their axes (one trial
+    per dataset x method x backbone x cell): only those let both sides run the same trials."""
+    counts = []
+    for n in range(1, min(upto, len(specs)) + 1):
+        axes, cells = axes_of(specs[:n])
+        if len(cells) * len(axes["dataset"]) * len(axes["method"]) * len(axes["backbone"]) == n:
+            counts.append(n)
+    return counts
+
+
+def plain_tune(specs, storage: Path, cpus: float, sleep: float = 0.0, timeline: str | None = None,
+               window: list | None = None) -> float:
     """A plain Tune grid of the same size, written as a Tune user would: one grid_search per axis (dataset, method,
     backbone, (perturbation, severity) cell), the same trainable and Tuner settings as orchestrator/run/tune.py;
     nothing recorded. (A grid_search over a list of thousands of spec dicts is quadratic in Tune: its variant
@@ -205,9 +236,9 @@ def plain_tune(specs, storage: Path, cpus: float, sleep: float = 0.0, timeline: 
 
     from ray import tune
 
-    axes = {k: list(dict.fromkeys(getattr(s, k) for s in specs)) for k in ("dataset", "method", "backbone")}
-    cells = list(dict.fromkeys((s.perturbation, s.severity) for s in specs))
+    axes, cells = axes_of(specs)
     if len(cells) * len(axes["dataset"]) * len(axes["method"]) * len(axes["backbone"]) != len(specs):
+        # the warm-up's first 50 trials: whole cells of them (what it runs does not matter, only that it runs)
         cells = cells[:max(1, len(specs) // (len(axes["dataset"]) * len(axes["method"]) * len(axes["backbone"])))]
     trainable = tune.with_resources(tune.with_parameters(noop_trainable, env={"template": specs[0].to_dict(),
                                                                                "sleep": sleep, "timeline": timeline}),
@@ -216,8 +247,10 @@ def plain_tune(specs, storage: Path, cpus: float, sleep: float = 0.0, timeline: 
     tuner = tune.Tuner(trainable, param_space=space, tune_config=tune.TuneConfig(reuse_actors=True),
                        run_config=tune.RunConfig(name="plain", storage_path=str(storage), verbose=0))
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)   # as orchestrator/run/tune.py
-    t0 = time.perf_counter()
+    t0, w0 = time.perf_counter(), time.time()
     tuner.fit()
+    if window is not None:   # the fit's wall-clock times, beside the trials' own (`slot_use`)
+        window[:] = [w0, time.time()]
     return time.perf_counter() - t0
 
 
@@ -273,13 +306,13 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     marks["setup_rss"], marks["setup_s"] = RSS().now(), time.perf_counter() - t0
     # the only substitution: the trial's body, through run_trials' own seam (`trainable`)
     body = tune.with_parameters(noop_trainable, env={"sleep": sleep, "timeline": timeline})
-    t_trials = time.perf_counter()
+    t_trials, w_trials = time.perf_counter(), time.time()
     with progress:
         tune_mod.run_trials(todo, None, storage_path=str(paths.grid_dir(grid.name) / "tune"), name=submission,
                             cpus_per_trial=grid.runtime.cpus_per_trial, gpus_per_trial=0,
                             max_failures=grid.runtime.max_failures, max_concurrent=None,
                             on_result=recorder.result, on_crash=recorder.crash, wave=wave, trainable=body)
-    marks["trials_s"] = time.perf_counter() - t_trials
+    marks["trials_s"], marks["window"] = time.perf_counter() - t_trials, (w_trials, time.time())
     report.ok, report.failed = recorder.counts["ok"], recorder.counts["failed"]
     t_finish = time.perf_counter()
     rendered = types.SimpleNamespace(failed=0)   # the render stage's summary (nothing rendered here)
@@ -333,8 +366,9 @@ def side(args) -> dict:
         timeline = work / f"timeline-{args.side}"
         shutil.rmtree(timeline, ignore_errors=True)
         timeline.mkdir()
+        window: list = []
         if args.side == "plain":
-            out["seconds"] = plain_tune(specs, work / "plain", 1, args.trial_seconds, str(timeline))
+            out["seconds"] = plain_tune(specs, work / "plain", 1, args.trial_seconds, str(timeline), window)
             out["recorded"] = len(specs)
         else:
             prof = cProfile.Profile() if args.profile else None
@@ -350,8 +384,9 @@ def side(args) -> dict:
             out.update({k: marks[k] for k in ("setup_s", "trials_s", "finish_s", "outputs_peak_mb",
                                               "outputs_apart", "tracker_peak_mb")})
             out["setup_growth_mb"] = (marks["setup_rss"] - r0) / 2**20
+            window = list(marks["window"])
             out["driver_imported_mlflow"] = "mlflow" in sys.modules   # it belongs to the tracking process
-        out["slots"] = slot_use(timeline, args.slots)
+        out["slots"] = slot_use(timeline, args.slots, tuple(window) if window else None)
         peak, end = rss.stop(), rss.now()
         out["growth_peak_mb"], out["growth_end_mb"] = (peak - r0) / 2**20, (end - r0) / 2**20
         step = max(1, len(rss.trace) // 12)
@@ -378,6 +413,28 @@ def run_side(name: str, args, work: Path) -> dict:
     return json.loads(lines[-1])
 
 
+def trial_count(args, grid_path: Path) -> int:
+    """The trials to run: `--trials`, or with `--trial-seconds` about two minutes of trials on the slots, in whole
+    rounds of the slots where a count allows it; always a count whose trials plain Tune's grid holds exactly
+    (`whole_grids`), so that both sides run the same trials (a cut grid once ran 100 trials against our 112)."""
+    from orchestrator.config.grid import load_grid
+    from orchestrator.planning.paths import Paths
+    from orchestrator.planning.plan import build_plan
+
+    specs = build_plan(load_grid(grid_path), Paths.make(grid_path.parent / "scratch")).trials
+    wanted = args.trials or args.slots * max(1, round(120 / args.trial_seconds))
+    counts = whole_grids(specs, max(wanted, 4 * args.slots * 20))
+    if args.trials is not None:
+        if args.trials in counts or args.trials >= len(specs):
+            return args.trials
+        below, above = [n for n in counts if n < args.trials], [n for n in counts if n > args.trials]
+        raise SystemExit(f"--trials {args.trials}: plain Tune's grid over the first {args.trials} trials' axes would "
+                         f"hold another number of trials; choose a whole grid, e.g. "
+                         f"{', '.join(str(n) for n in below[-2:] + above[:2])}")
+    rounds = [n for n in counts if n % args.slots == 0]
+    return min(rounds or counts, key=lambda n: abs(n - wanted))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog="example: python benchmarks/orchestration_overhead.py --trials 500")
@@ -397,8 +454,6 @@ def main() -> int:
     ap.add_argument("--side", choices=("plain", "ours"), default=None,
                     help="internal: run one side in this process and print its figures as JSON")
     args = ap.parse_args()
-    if args.trials is None and args.trial_seconds > 0:   # about two minutes of trials on the slots
-        args.trials = args.slots * max(1, round(120 / args.trial_seconds))
     if args.side:
         print(json.dumps(side(args)))
         return 0
@@ -409,6 +464,8 @@ def main() -> int:
     work = Path(args.work or tmp.name)
     work.mkdir(parents=True, exist_ok=True)
     grid_path = make_grid(work)
+    if args.trials is not None or args.trial_seconds > 0:
+        args.trials = trial_count(args, grid_path)
     cpu = cpu_model()
     what = f"trials of {args.trial_seconds:g} s" if args.trial_seconds else "no-op trials"
     print(f"{args.trials or 'all'} {what}; a fresh process and local Ray with {args.slots} trial slots per "
@@ -435,6 +492,9 @@ def main() -> int:
               f"setup (plan, ledger, the tracking process started) +{mine['setup_growth_mb']:.0f} MB and the "
               f"trials +{mine['growth_peak_mb'] - mine['setup_growth_mb']:.0f} MB", flush=True)
         print("  " + slots_line(mine), flush=True)
+        ran = [(f.get("slots") or {}).get("trial_set") for f in (plain, mine)]
+        if ran[0] != ran[1]:
+            raise SystemExit(f"the two sides ran different trials (trial sets {ran[0]} and {ran[1]}): no comparison")
     # MLflow (orchestrator/record/tracker_process.py), the tables and the report (orchestrator/report/outputs.py)
     # run in processes of their own: their peaks, apart from the driver's
     outputs = (f"tables and report in their child process: peak RSS {mine['outputs_peak_mb'] or 0:.0f} MB"

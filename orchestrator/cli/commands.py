@@ -234,8 +234,9 @@ def cmd_report(args) -> int:
     if args.metric not in df.columns:
         metrics = [c for c in df.columns if c[0].isupper() or c.startswith("hub_")]
         raise ValueError(f"unknown metric {args.metric!r}; metrics: {', '.join(metrics)}")
-    files = write_tables(entries, grid_dir, grid, plan.trials, df)
-    report_files = write_report(grid, plan.trials, entries, grid_dir, ledger)
+    computed = scenario_tables(grid, df)   # once: the table files and the report show the same tables
+    files = write_tables(entries, grid_dir, grid, plan.trials, df, computed)
+    report_files = write_report(grid, plan.trials, entries, grid_dir, ledger, computed=computed)
     counts = Counter(df["status"])
     console.print(f"{grid.name}: {len(plan.trials)} cells: {counts.get('ok', 0)} done, {counts.get('failed', 0)} "
                   f"failed, {counts.get('missing', 0)} never run. {LEGEND}")

@@ -226,11 +226,18 @@ class TableOrder:
         return [(b, m) for b in self.backbones for m in methods if (b, m) in present]
 
 
-def groups(df: pd.DataFrame, by: list[str]) -> dict[tuple, list[dict[str, Any]]]:
-    """The planned rows of `df` grouped by the values of `by`: a cell's trials are one group."""
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of `df` as dicts of Python values, as `df.to_dict("records")` gives them, built column by column:
+    `to_dict` boxes every value on its own (pandas' Arrow-backed string columns one element at a time), 3.4x slower
+    on the full matrix's 7,200 planned rows (docs/notes/2026-11-29-finish.md)."""
+    cols = list(df.columns)
+    return [dict(zip(cols, values)) for values in zip(*(df[c].tolist() for c in cols))]
+
+
+def groups(df: pd.DataFrame | list[dict[str, Any]], by: list[str]) -> dict[tuple, list[dict[str, Any]]]:
+    """The planned rows of `df` (a frame, or its `records`) grouped by the values of `by`: a cell's trials are one
+    group."""
     out: dict[tuple, list[dict[str, Any]]] = {}
-    if not len(df):
-        return out
-    for rec in df.to_dict("records"):
+    for rec in records(df) if isinstance(df, pd.DataFrame) else df:
         out.setdefault(tuple(rec[k] for k in by), []).append(rec)
     return out

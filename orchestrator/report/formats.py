@@ -8,7 +8,9 @@ from __future__ import annotations
 import html
 import json
 import math
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from orchestrator.config.tables import Table
@@ -105,27 +107,34 @@ def wide_frame(t: Table) -> pd.DataFrame:
     """The table in its paper layout: its keys, backbone and method, one value column per column (null where the
     cell has no number), then a `<column>:state` column per column (ok / partial / failed / missing / undefined);
     where cells have intervals, `<column>:low` / `<column>:high`, where they ran at several seeds, each seed's value
-    (`<column>:seed<N>`), and where a cell is undefined, why (`<column>:why`, null elsewhere)."""
+    (`<column>:seed<N>`), and where a cell is undefined, why (`<column>:why`, null elsewhere). Built column by column,
+    the numbers as float64 arrays: a frame of rows cast afterwards took 60% of writing the full matrix's tables
+    (docs/notes/2026-11-29-finish.md)."""
     names = [column_name(t, c) for c in t.columns]
-    all_cells = [t.cell(r, c) for r in t.rows for c in t.columns]
+    grid = [[t.cell(r, c) for c in t.columns] for r in t.rows]   # the cells, row by row
+    all_cells = [v for row in grid for v in row]
     seeds = sorted({s for v in all_cells for s in v.seeds})
     extra = (["low", "high"] if any(v.has_interval for v in all_cells) else []) + [f"seed{s}" for s in seeds]
     why = any(v.why for v in all_cells)
-    rows = []
-    for r in t.rows:
-        row = {**t.keys, "backbone": r[0], "method": r[1]}
-        cells = [t.cell(r, c) for c in t.columns]
-        row.update({n: v.number for n, v in zip(names, cells)})
-        row.update({f"{n}:state": v.state for n, v in zip(names, cells)})
-        for n, v in zip(names, cells):
-            if "low" in extra:
-                row[f"{n}:low"], row[f"{n}:high"] = (v.low, v.high) if v.has_interval else (None, None)
-            for s in seeds:
-                row[f"{n}:seed{s}"] = v.seeds.get(s)
-            if why:
-                row[f"{n}:why"] = v.why or None
-        rows.append(row)
+    data: dict[str, Any] = {k: [v] * len(t.rows) for k, v in t.keys.items()}
+    data["backbone"], data["method"] = [r[0] for r in t.rows], [r[1] for r in t.rows]
+
+    def numbers(values) -> np.ndarray:
+        return np.array([math.nan if v is None else v for v in values], dtype="float64")
+
+    for j, n in enumerate(names):
+        data[n] = numbers(row[j].number for row in grid)
+    for j, n in enumerate(names):
+        data[f"{n}:state"] = [row[j].state for row in grid]
+    for j, n in enumerate(names):
+        if "low" in extra:
+            data[f"{n}:low"] = numbers(row[j].low if row[j].has_interval else None for row in grid)
+            data[f"{n}:high"] = numbers(row[j].high if row[j].has_interval else None for row in grid)
+        for s in seeds:
+            data[f"{n}:seed{s}"] = numbers(row[j].seeds.get(s) for row in grid)
+    if why:
+        for j, n in enumerate(names):
+            data[f"{n}:why"] = [row[j].why or None for row in grid]
     cols = [*t.keys, "backbone", "method", *names, *(f"{n}:state" for n in names),
             *(f"{n}:{e}" for n in names for e in extra), *(f"{n}:why" for n in names if why)]
-    frame = pd.DataFrame(rows, columns=cols)
-    return frame.astype({c: "float64" for c in [*names, *(f"{n}:{e}" for n in names for e in extra)]})
+    return pd.DataFrame(data, columns=cols)

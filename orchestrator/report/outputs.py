@@ -25,7 +25,7 @@ from pathlib import Path
 from orchestrator.record.ledger import TrialLedger
 from orchestrator.report.page import clear_plots, write_report
 from orchestrator.report.plots import severity_apart
-from orchestrator.report.results import write_tables
+from orchestrator.report.results import scenario_tables, write_tables
 from orchestrator.report.rows import planned_rows
 from workloads.render_memory import status_bytes
 from workloads.spec import TrialSpec
@@ -70,10 +70,12 @@ def write_outputs(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Pat
         severity = severity_apart(grid, df, clear_plots(grid_dir)) if apart else None
     except Exception as err:  # a plot must not cost the tables: `report GRID` rebuilds it
         out.report_error = f"{type(err).__name__}: {err}"
-    out.files = write_tables(entries, grid_dir, grid, specs, df)
+    computed = scenario_tables(grid, df)   # once: the table files and the report show the same tables
+    out.files = write_tables(entries, grid_dir, grid, specs, df, computed)
     if out.report_error is None:
         try:
-            out.files += write_report(grid, specs, entries, grid_dir, ledger, severity=severity, df=df)
+            out.files += write_report(grid, specs, entries, grid_dir, ledger, severity=severity, df=df,
+                                      computed=computed)
         except Exception as err:
             out.report_error = f"{type(err).__name__}: {err}"
     out.peak_rss_mb, out.writer_pid = _peak_rss_mb(), os.getpid()

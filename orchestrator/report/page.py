@@ -50,13 +50,15 @@ from workloads.spec import TrialSpec
 REPORT_DIR = "report"
 
 
-def report_sections(grid, df: pd.DataFrame) -> list[tuple[str, list[Table]]]:
+def report_sections(grid, df: pd.DataFrame,
+                    computed: dict[str, list[Table]] | None = None) -> list[tuple[str, list[Table]]]:
     """The report's tables, by section: every scenario's (query shift first: R@1, skewness, Table 13), the paired
     differences to Source and the hyperparameter selection (orchestrator/report/selection.py), the TTA cost, and
     the clean Source cells beside the papers' clean numbers (orchestrator/report/clean.py). The scenarios' tables
-    are those of the grid's Parquet and Markdown files (orchestrator/report/results.py)."""
+    are those of the grid's Parquet and Markdown files (orchestrator/report/results.py): `computed`, when they were
+    made already."""
     sections: list[tuple[str, list[Table]]] = []
-    computed = scenario_tables(grid, df)
+    computed = scenario_tables(grid, df) if computed is None else computed
     for name, tables in computed.items():
         if not tables:
             continue
@@ -128,13 +130,13 @@ def clear_plots(grid_dir: Path) -> Path:
 
 def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], grid_dir: Path,
                  ledger=None, *, severity: Callable[[], list[Path]] | None = None,
-                 df: pd.DataFrame | None = None) -> list[Path]:
+                 df: pd.DataFrame | None = None, computed: dict[str, list[Table]] | None = None) -> list[Path]:
     """Write results/<grid>/report/ (index.html, report.md, report_tables.parquet, plots/*.png); returns the
     files. Also keeps where the grid file is (`grid_source.txt`) and a copy (`grid.yaml`) beside the results,
     so `report NAME` finds the grid by its name. Entries read without their per-query lists
     (`TrialLedger.entries(lists=False)`) get them back from `ledger` for the plotted cell only. `severity`: the
     severity figures' files, drawn elsewhere into the cleared plots folder (`severity_apart`), and `df` the
-    `planned_rows` they were drawn from."""
+    `planned_rows` they were drawn from, `computed` their `scenario_tables` (as the grid's table files have them)."""
     out = grid_dir / REPORT_DIR
     plots_dir = out / "plots"
     if severity is None:
@@ -143,7 +145,7 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
     df = planned_rows(specs, entries) if df is None else df
     counts = df["status"].value_counts().to_dict() if len(df) else {}
 
-    sections = report_sections(grid, df)
+    sections = report_sections(grid, df, computed)
     cost = next((t for _, ts in sections for t in ts if t.name == "tta_cost"), None)
 
     plots: list[tuple[str, Path]] = []

@@ -47,17 +47,18 @@ def trials_table(df: pd.DataFrame) -> pa.Table:
 
 
 def write_tables(entries: list[dict[str, Any]], out_dir: Path, grid, specs: list[TrialSpec] | None = None,
-                 df: pd.DataFrame | None = None) -> list[Path]:
+                 df: pd.DataFrame | None = None, computed: dict[str, list[Table]] | None = None) -> list[Path]:
     """Write trials.parquet, every scenario's tables as <name>.parquet (tables of one name stacked, with their keys
     as leading columns) and <prefix>_tables.md under out_dir; returns the files. `specs`: the planned trials (a
-    trial without an entry is missing); default: the entries' own. `df`: their planned rows, when made already."""
+    trial without an entry is missing); default: the entries' own. `df`: their planned rows, and `computed` their
+    `scenario_tables`, when made already (the report shows the same tables: orchestrator/report/outputs.py)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if df is None:
         specs = specs if specs is not None else [TrialSpec.from_dict(e["spec"]) for e in entries]
         df = planned_rows(specs, entries, lists=False)
     files = [out_dir / "trials.parquet"]
     pq.write_table(trials_table(df), files[0])
-    computed = scenario_tables(grid, df)
+    computed = scenario_tables(grid, df) if computed is None else computed
     for name, tables in computed.items():
         scenario = grid.scenarios[name]
         mine = df[df["scenario"] == name] if len(df) else df

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.config.schema import SURROGATES
-from orchestrator.config.tables import Table, TableOrder, Value, combine, difference, with_interval
+from orchestrator.config.tables import Table, TableOrder, Value, combine, difference, records, with_interval
 from orchestrator.report.rows import QS
 from workloads import paper
 from workloads.spec import CLEAN
@@ -65,7 +65,7 @@ def _shifted(df: pd.DataFrame) -> pd.DataFrame:
 def _candidates(part: pd.DataFrame) -> dict[tuple, list[dict[str, Any]]]:
     """(backbone, row, perturbation, severity, seed) -> the planned rows of its candidate configurations."""
     out: dict[tuple, list[dict[str, Any]]] = {}
-    for rec in part.to_dict("records"):
+    for rec in records(part):
         key = (rec["backbone_label"], rec["row"], rec["perturbation"], int(rec["severity"]), int(rec["seed"]))
         rec["config"] = rec.get("config") or ""
         out.setdefault(key, []).append(rec)

@@ -19,7 +19,7 @@ from orchestrator.config.errors import GridError, check_names
 from orchestrator.config.names import known_text_perturbations, known_video_perturbations
 from orchestrator.config.scenarios import register_scenario
 from orchestrator.config.scenarios.base import Cell, Scenario
-from orchestrator.config.tables import LEVEL_ORDER, Table, TableOrder, combine, groups, mean_of
+from orchestrator.config.tables import LEVEL_ORDER, Table, TableOrder, combine, groups, mean_of, records
 from workloads.perturbations.text import DEFAULT_SEVERITIES, LEVELS, SEVERITIES, TEXT_PERTURBATIONS
 from workloads.spec import CLEAN
 
@@ -120,18 +120,21 @@ class QueryShift(Scenario):
         mine = self.mine(df)
         plain = mine[mine["mix"].fillna("") == ""] if len(mine) and "mix" in mine else mine
         metrics = list(METRICS) if metric is None else [metric]
-        out = [t for m in metrics for t in self._metric_tables(plain, order, m)]
+        recs = records(plain)   # once: every metric's tables and Table 13 read the same rows
+        idx = groups(recs, ["dataset", "direction", "backbone_label", "row", "perturbation", "severity"])
+        out = [t for m in metrics for t in self._metric_tables(plain, order, m, idx)]
         # the headline tables first: the means over severities, then the tables of one severity
         out.sort(key=lambda t: 0 if t.name.endswith("_mean") or t.keys.get("severity") == 0 else 1)
         if metric is None:
-            out += self._hubness_tables(plain, order)
+            out += self._hubness_tables(plain, order, recs)
             out += self._diagnostics_tables(plain, order)
         return out
 
-    def _metric_tables(self, df: pd.DataFrame, order: TableOrder, metric: str) -> list[Table]:
+    def _metric_tables(self, df: pd.DataFrame, order: TableOrder, metric: str,
+                       idx: dict[tuple, list[dict[str, Any]]]) -> list[Table]:
+        """`idx`: the rows of `df` grouped by (dataset, direction, backbone, row, perturbation, severity)."""
         label, digits = METRICS.get(metric, (metric, 2))
         higher = metric not in ("MdR", "MnR") and not metric.startswith("hub_")
-        idx = groups(df, ["dataset", "direction", "backbone_label", "row", "perturbation", "severity"])
         out = []
         for (ds, direction), part in df.groupby(["dataset", "direction"], sort=False):
             levels = order.levels.get(direction, {})
@@ -191,13 +194,14 @@ class QueryShift(Scenario):
         return out
 
     @staticmethod
-    def _hubness_tables(df: pd.DataFrame, order: TableOrder) -> list[Table]:
+    def _hubness_tables(df: pd.DataFrame, order: TableOrder, all_recs: list[dict[str, Any]]) -> list[Table]:
         """Table 13: per (dataset, direction), each hubness measure on clean queries and on the shifted ones (the
-        mean over every perturbed cell of the row)."""
+        mean over every perturbed cell of the row). `all_recs`: the rows of `df` (`records`)."""
         out = []
+        by_part = groups(all_recs, ["dataset", "direction"])
         for (ds, direction), part in df.groupby(["dataset", "direction"], sort=False):
             rows = order.rows(part)
-            recs = part.to_dict("records")
+            recs = by_part[(ds, direction)]
             shifts = [s for s, has in (("Clean", (part["perturbation"] == CLEAN).any()),
                                        ("Shifted", (part["perturbation"] != CLEAN).any())) if has]
             cols = [(title, s) for _, title in HUBNESS for s in shifts]
@@ -227,7 +231,7 @@ class QueryShift(Scenario):
         for ds, part in df.groupby("dataset", sort=False):
             directions = [d for d in ("v2t", "t2v") if (part["direction"] == d).any()]
             cols = [(name, d) for name in measures for d in directions]
-            recs = part.to_dict("records")
+            recs = records(part)
             rows, cells = [], {}
             for b in order.backbones:
                 mine = [t for t in recs if t["backbone_label"] == b]
