@@ -1,4 +1,6 @@
 """End to end through the real stack: Ray Data render, Ray Tune trials, MLflow (sqlite), Parquet tables."""
+import os
+
 import pyarrow.parquet as pq
 import pytest
 from mlflow.tracking import MlflowClient
@@ -9,6 +11,7 @@ from orchestrator.record.ledger import TrialLedger
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
 from orchestrator.planning.render_sets import plan_render_rows
+from orchestrator.report import outputs
 from orchestrator.run.options import SubmitOptions
 from orchestrator.run.submit import submit
 from workloads.render_cache import RenderCache
@@ -16,7 +19,9 @@ from workloads.render_cache import RenderCache
 pytestmark = pytest.mark.slow
 
 
-def test_submit_runs_every_cell_logs_mlflow_writes_tables_and_resubmit_reuses(tmp_path, shared_cache):
+def test_submit_runs_every_cell_logs_mlflow_writes_tables_and_resubmit_reuses(tmp_path, shared_cache, monkeypatch):
+    # written as a large grid's are: by a child process, started at the first trial result (report/outputs.py)
+    monkeypatch.setattr(outputs, "APART_FROM_TRIALS", 10)
     grid_file = write_micro_grid(tmp_path / "micro.yaml")
     results = tmp_path / "results"
     opts = SubmitOptions(results_dir=str(results), cache_dir=str(shared_cache), num_cpus=2, dashboard=False)
@@ -36,6 +41,9 @@ def test_submit_runs_every_cell_logs_mlflow_writes_tables_and_resubmit_reuses(tm
     entries = [ledger.get(t.key) for t in plan.trials]
     assert all(e["status"] == "ok" and list(e["mlflow_runs"]) == [report.tracking_uri] for e in entries)
     assert all(e["n_queries"] == 40 and e["n_gallery"] == 40 for e in entries)
+    # the tables' child process was up before the last trial was recorded: its start did not wait for the trials
+    assert report.outputs.writer_pid not in (None, os.getpid())
+    assert report.outputs.writer_started < max(e["recorded_at"] for e in entries)
 
     # Parquet: one row per trial with the axes and metrics
     table = pq.read_table(results / "micro" / "trials.parquet").to_pandas()

@@ -1,6 +1,7 @@
 """The end of a submission's tables and report, written by a spawned child process (orchestrator/report/outputs.py): the
 same files and counts as in the driver's own process, an error inside the child raised in the driver, and a child that
-dies reported as an error (the ledger untouched). Real processes, a real ledger; no Ray."""
+dies reported as an error (the ledger untouched); a child started ahead of its job is the one that writes, and one
+never used ends when closed. Real processes, a real ledger; no Ray."""
 from __future__ import annotations
 
 import os
@@ -9,7 +10,7 @@ import pytest
 
 from conftest import plan_unrun
 from orchestrator.record.ledger import TrialLedger
-from orchestrator.report.outputs import write_outputs, write_outputs_apart
+from orchestrator.report.outputs import APART_FROM_TRIALS, OutputsAhead, WriterChild, write_outputs, write_outputs_apart
 
 
 @pytest.fixture
@@ -79,3 +80,35 @@ def test_a_child_that_dies_is_an_error_not_a_crash(planned, tmp_path):
     assert (out.ok, out.failed, out.present) == (4, 1, 5)   # still counted, from the ledger, for the parent run
     assert sorted(p.name for p in planned.paths.ledger.rglob("*.json")) == before
     assert not (tmp_path / "dead").exists()
+
+
+def test_a_child_started_ahead_writes_the_outputs_and_ends(planned, tmp_path):
+    child = WriterChild()
+    out = write_outputs_apart(planned.grid, planned.trials, tmp_path / "ahead", planned.paths.ledger, child)
+    here = write_outputs(planned.grid, planned.trials, tmp_path / "here", planned.paths.ledger)
+    assert out.error is None and out.report_error is None, (out.error, out.report_error)
+    assert out.writer_pid == child.proc.pid and out.writer_started == child.started
+    assert sorted(f.name for f in out.files) == sorted(f.name for f in here.files) and out.ok == here.ok == 4
+    assert child.proc.returncode == 0 and not child.folder.exists()
+
+
+def test_a_child_started_ahead_and_never_used_ends_when_closed(planned):
+    small = OutputsAhead(APART_FROM_TRIALS)
+    small.start()
+    assert small.child is None   # a small grid's outputs are written in the driver: no child
+    ahead = OutputsAhead(APART_FROM_TRIALS + 1)
+    ahead.start()
+    child = ahead.child
+    ahead.start()
+    assert ahead.child is child   # one child, however many results start it
+    ahead.close()
+    assert child.proc.returncode == 0 and not child.folder.exists() and ahead.child is None
+
+
+def test_a_child_killed_while_it_waits_is_an_error_not_a_crash(planned, tmp_path):
+    child = WriterChild()
+    child.proc.kill()
+    child.proc.wait()
+    out = write_outputs_apart(planned.grid, planned.trials, tmp_path / "killed", planned.paths.ledger, child)
+    assert out.error and "died" in out.error and not out.files
+    assert (out.ok, out.failed, out.present) == (4, 1, 5)

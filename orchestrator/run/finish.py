@@ -11,20 +11,23 @@ from orchestrator.planning.plan import Plan
 from orchestrator.record.ledger import TrialLedger
 from orchestrator.record.mlflow_store import Tracker, error_name
 from orchestrator.record.sync import sync_grid
-from orchestrator.report.outputs import write_grid_outputs
+from orchestrator.report.outputs import OutputsAhead, write_grid_outputs
 from orchestrator.run.options import SubmitReport
 
 
 def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport, console: Console, t_start: float,
-           summary, counts: dict[str, int], status: str, submission: str, tracker=None) -> SubmitReport:
+           summary, counts: dict[str, int], status: str, submission: str, tracker=None,
+           ahead: OutputsAhead | None = None) -> SubmitReport:
     """Tables from the ledger, and the MLflow parent closed with them. Without a run (nothing to do) a parent run is
-    made only when the store lacks some of the grid's trials."""
+    made only when the store lacks some of the grid's trials. `ahead`: the outputs' child process, started while the
+    trials ran (orchestrator/report/outputs.py)."""
     paths = plan.paths
     if tracker is not None:
         tracker.flush()   # trial runs still queued on its thread (LiveRecorder): their run ids reach the ledger first
     # tables and report, in a child process for a large grid: the driver does not grow by their frames and plots
     # (orchestrator/report/outputs.py)
-    outputs = write_grid_outputs(grid, plan.trials, paths.grid_dir(grid.name), paths.ledger)
+    outputs = write_grid_outputs(grid, plan.trials, paths.grid_dir(grid.name), paths.ledger,
+                                 ahead.take() if ahead is not None else None)
     if outputs.error:
         console.print(f"[red]tables and report not written ({outputs.error}); the ledger has every result: "
                       f"mlvp report {grid.source}[/]")

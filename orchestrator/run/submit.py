@@ -45,6 +45,7 @@ from orchestrator.record.mlflow_store import check_store, default_tracking_uri
 from orchestrator.record.recorder import LiveRecorder, TrialColumns
 from orchestrator.record.sync import ledger_as_of, new_submission_id, select_trials, start_parent, sync_store
 from orchestrator.record.tracker_process import TrackerProcess
+from orchestrator.report.outputs import OutputsAhead
 from orchestrator.run import ray_env
 from orchestrator.run.console import make_console, print_plan
 from orchestrator.run.interrupts import raise_if_pending, stopped_by_sigterm, taken
@@ -90,24 +91,27 @@ def submit(grid_path: str, opts: SubmitOptions, console: Console | None = None) 
 
     # MLflow in a process of its own (TrackerProcess), started first: it imports while Ray starts
     tracker = TrackerProcess(report.tracking_uri, paths.results)
+    ahead = OutputsAhead(len(plan.trials))   # the outputs' child, started at the first trial result
     try:
         info = ray_env.start_ray(opts.address, opts.num_cpus, opts.dashboard)
         if info.get("dashboard_url"):
             console.print(f"Ray dashboard: {info['dashboard_url']}  ({ray_env.auth_token_hint()})")
         try:
             ray_env.check_resources(grid.runtime.gpus_per_trial, grid.runtime.cpus_per_trial)
-            return _run(plan, grid, todo, ledger, report, console, t_start, opts, tracker=tracker)
+            return _run(plan, grid, todo, ledger, report, console, t_start, opts, tracker=tracker, ahead=ahead)
         finally:
             if opts.address is None:
                 ray_env.stop_ray()
     finally:
+        ahead.close()   # unused when the submission stopped before its outputs
         tracker.close()
 
 
 def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: SubmitReport, console: Console,
-         t_start: float, opts: SubmitOptions | None = None, *, tracker: TrackerProcess) -> SubmitReport:
+         t_start: float, opts: SubmitOptions | None = None, *, tracker: TrackerProcess,
+         ahead: OutputsAhead | None = None) -> SubmitReport:
     """The trials of `todo` and the stages feeding them, on the connected Ray cluster; results through `tracker`
-    (the caller's: `submit` closes it)."""
+    (the caller's: `submit` closes it); `ahead`: the outputs' child, started at the first result (the caller's)."""
 
     from orchestrator.run.search import TPESearches  # Optuna: only a submission that searches with TPE uses it
     from orchestrator.run.tune import run_trials  # Ray Tune (~1.5 s): only a submission that runs trials imports it
@@ -127,15 +131,20 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
                             progress.add_task("trials", total=len(todo), unit="trials", failed=0, note=""),
                             TrialColumns.for_plan(plan))
     tpe = TPESearches(plan, ledger, gate) if tpe_streams(plan) else None   # TPE proposes as results come in
-    on_result, on_crash = recorder.result, recorder.crash
-    if tpe is not None:
-        def on_result(result):
-            recorder.result(result)
+    ahead = ahead or OutputsAhead(0)
+
+    def on_result(result):
+        ahead.start()   # from the first result on (the trial workers are up): nothing after the first
+        recorder.result(result)
+        if tpe is not None:
             tpe.on_result(result)
 
-        def on_crash(spec, message):
-            recorder.crash(spec, message)
+    def on_crash(spec, message):
+        ahead.start()
+        recorder.crash(spec, message)
+        if tpe is not None:
             tpe.on_result({"key": TrialSpec.from_dict(spec).key, "status": "failed", "metrics": {}})
+
     as_of = ledger_as_of(plan, ledger, todo)
 
     def open_store() -> None:
@@ -201,7 +210,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
             recorder.untracked(err)
     report.ok, report.failed = recorder.counts["ok"], recorder.counts["failed"]
     finish(plan, grid, ledger, report, console, t_start, summary, recorder.counts, status, submission,
-           tracker if recorder.tracking else None)
+           tracker if recorder.tracking else None, ahead)
     if status == "KILLED":
         raise stopped
     return report
