@@ -11,8 +11,9 @@ resources on a local Ray of the same size, each in a fresh process of its own (b
 - **plain Tune**: `tune.Tuner` over the same specs as a Tune user writes it (a grid search, Tune's default scheduler
   and console), nothing recorded;
 - **ours**: what `submit` does around the trials (orchestrator/run/submit.py `_run`, minus fine-tuning, check and
-  rendering, which are real work and not overhead): load and plan the grid, read the ledger, start the tracking
-  process (orchestrator/record/tracker_process.py: MLflow, sqlite under the results dir), the parent run and sync,
+  rendering, which are real work and not overhead): load and plan the grid, read the ledger, the tracking process
+  (orchestrator/record/tracker_process.py: MLflow, sqlite under the results dir; started before Ray, as `submit`
+  starts it, so its import is timed no more than Ray's start on either side), the parent run and sync,
   run the trials through orchestrator/run/tune.py `run_trials` with the driver's `LiveRecorder` (ledger write, MLflow
   child run with its artifact, console line, progress bar), then `finish` (tables and report from the ledger,
   written by a child process as `submit` does: orchestrator/report/outputs.py; the parent run closed with them);
@@ -256,8 +257,9 @@ def plain_tune(specs, storage: Path, cpus: float, sleep: float = 0.0, timeline: 
 
 
 def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict,
-         wave: int | None = None, sleep: float = 0.0, timeline: str | None = None) -> tuple[float, int]:
-    """Our driver path around the trials (see the module docstring); returns (seconds, trials recorded)."""
+         wave: int | None = None, sleep: float = 0.0, timeline: str | None = None, tracker=None) -> tuple[float, int]:
+    """Our driver path around the trials (see the module docstring); returns (seconds, trials recorded). `tracker`:
+    the tracking process, started before Ray as `submit` starts it (`start_tracker`)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -290,7 +292,7 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     report = SubmitReport(plan, len(todo), 0)
     report.tracking_uri = default_tracking_uri(paths.results)
     check_store(report.tracking_uri)
-    tracker = TrackerProcess(report.tracking_uri, paths.results)   # as submit: MLflow in a process of its own
+    tracker = tracker or TrackerProcess(report.tracking_uri, paths.results)   # as submit: MLflow in its own process
     tracker_rss = RSS(tracker.pid).start()
     submission = new_submission_id()
     progress = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(),
@@ -340,6 +342,18 @@ def ours(grid_path: Path, results: Path, limit: int | None, devnull, marks: dict
     return seconds, recorder.counts["ok"]
 
 
+def start_tracker(results: Path):
+    """The tracking process on our side's store, as `submit` starts it: after checking the store, before Ray."""
+    from orchestrator.planning.paths import Paths
+    from orchestrator.record.mlflow_store import check_store, default_tracking_uri
+    from orchestrator.record.tracker_process import TrackerProcess
+
+    paths = Paths.make(results)
+    uri = default_tracking_uri(paths.results)
+    check_store(uri)
+    return TrackerProcess(uri, paths.results)
+
+
 def resubmit(grid_path: Path, results: Path) -> tuple[float, int]:
     """`submit` of the same grid with the ledger full (stdout to /dev/null)."""
     import contextlib
@@ -366,6 +380,9 @@ def side(args) -> dict:
     specs = build_plan(load_grid(grid_path), Paths.make(work / "scratch")).trials
     specs = specs[:args.trials] if args.trials else specs
     out: dict = {"trials": len(specs)}
+    # `submit` starts its tracking process before Ray (orchestrator/run/submit.py), so MLflow's import runs beside
+    # Ray's start, which neither side times; started after it, the import ran beside the trial actors' start
+    tracker = start_tracker(work / "results") if args.side == "ours" else None
     ray_env.start_ray(None, args.slots, dashboard=False)
     rss = RSS()
     try:
@@ -387,7 +404,7 @@ def side(args) -> dict:
             marks: dict = {}
             wave = TRIALS_PER_WAVE if args.wave is None else (args.wave or None)
             out["seconds"], out["recorded"] = ours(grid_path, work / "results", args.trials, open(os.devnull, "w"),
-                                                   marks, wave, args.trial_seconds, str(timeline))
+                                                   marks, wave, args.trial_seconds, str(timeline), tracker)
             if prof:
                 prof.disable()
                 prof.dump_stats(args.profile)
@@ -500,7 +517,7 @@ def main() -> int:
               f"{mine['finish_s']:.1f} s, of which the MLflow queue {mine['flush_s']:.1f} s); driver RSS "
               f"+{mine['growth_end_mb']:.0f} MB at the end, peak "
               f"+{mine['growth_peak_mb']:.0f} MB (after the warm-up, at {mine['rss_base_mb']:.0f} MB), of which "
-              f"setup (plan, ledger, the tracking process started) +{mine['setup_growth_mb']:.0f} MB and the "
+              f"setup (plan, ledger) +{mine['setup_growth_mb']:.0f} MB and the "
               f"trials +{mine['growth_peak_mb'] - mine['setup_growth_mb']:.0f} MB", flush=True)
         print("  " + slots_line(mine), flush=True)
         ran = [(f.get("slots") or {}).get("trial_set") for f in (plain, mine)]

@@ -1,12 +1,15 @@
 """Trial runs logged in one transaction (orchestrator/record/mlflow_store.py Tracker.log_trials, used by the background
 writer) read back from a real sqlite MLflow store exactly as runs logged one by one (`log_trial`): same tags, params,
 metrics, status and artifacts; a failed trial's error and traceback too. And the writer: trials handed to
-`log_trial_later` are all logged after `flush`, each run id reported once."""
+`log_trial_later` are all logged after `flush`, each run id reported once, and `flush` does not wait out the time a
+batch gathers."""
 from __future__ import annotations
 
 import json
+import time
 
 from orchestrator.record.mlflow_store import Tracker
+from orchestrator.record.writer import TrialLogWriter
 from workloads.spec import TrialSpec
 
 
@@ -58,6 +61,26 @@ def test_batch_equals_one_by_one_and_writer_flushes(tmp_path):
     assert all(runs[(k, "ok")] in {rid for _, rid in logged} | set(one) | set(batch) for k, _ in logged)
     assert len(tracker.client.search_runs([tracker.experiment("g")], "tags.`mlvp.kind` = 'trial'",
                                           max_results=1000)) == 38
+
+
+def test_flush_logs_what_is_gathered_at_once(tmp_path, monkeypatch):
+    """The writer gathers runs for `linger_s` after the first into one transaction; a caller waiting in `flush` (the
+    end of a submission) gets them logged at once, not after the gathering time, and the writer goes on gathering."""
+    monkeypatch.setattr(TrialLogWriter, "linger_s", 60.0)
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path)
+    grid = type("G", (), {"name": "g", "source": str(tmp_path / "g.yaml")})()
+    (tmp_path / "g.yaml").write_text("name: g\n")
+    parent = tracker.start_parent(grid, "name: g\n", {"trials": 4})
+    logged: list[str] = []
+    errors: list[Exception] = []
+    for rounds in ([_entry(0)], [_entry(1), _entry(2), _entry(3)]):
+        for e in rounds:
+            tracker.log_trial_later(parent, "g", e, logged.append, errors.append)
+        t0 = time.monotonic()
+        tracker.flush()
+        assert time.monotonic() - t0 < 30   # not the 60 s a batch would gather for
+    assert not errors and len(set(logged)) == 4
+    tracker.close()
 
 
 def test_tracker_process_logs_as_the_tracker_does_and_survives_ctrl_c(tmp_path):

@@ -51,6 +51,7 @@ class BackgroundLogging:
 
 
 _STOP = object()   # TrialLogWriter's queue: the thread ends here
+_FLUSH = object()  # TrialLogWriter's queue: someone waits (`flush`): log what is gathered now, do not linger
 
 
 @dataclasses.dataclass
@@ -67,11 +68,12 @@ class TrialLogWriter:
     trips per trial (benchmarks/orchestration_overhead.py); jobs (`BackgroundLogging.later`) run on it in their turn.
     `flush()` waits for the queue. After a store failure the rest are dropped: the ledger has them."""
 
+    linger_s = 0.5   # how long a batch gathers after its first run (`flush` cuts it short)
+
     def __init__(self, tracker: BackgroundLogging):
         self.tracker = tracker
         self.queue: queue.Queue = queue.Queue()
         self.failed: Exception | None = None
-        self.linger_s = 0.5
         self.thread = threading.Thread(target=self._loop, name="mlflow-trial-writer", daemon=True)
         self.thread.start()
 
@@ -80,6 +82,7 @@ class TrialLogWriter:
         self.queue.put(item)
 
     def flush(self) -> None:
+        self.queue.put(_FLUSH)   # the batch being gathered goes now: the caller waits for it
         self.queue.join()
 
     def stop(self) -> None:
@@ -93,6 +96,9 @@ class TrialLogWriter:
             if first is _STOP:
                 self.queue.task_done()
                 return
+            if first is _FLUSH:
+                self.queue.task_done()
+                continue
             if isinstance(first, _Job):
                 self._run_job(first)
                 continue
@@ -104,6 +110,9 @@ class TrialLogWriter:
                 try:
                     item = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
+                    break
+                if item is _FLUSH:   # logged at once, not after the linger: `flush` waits for it
+                    self.queue.task_done()
                     break
                 if item is _STOP or isinstance(item, _Job):
                     held = item
