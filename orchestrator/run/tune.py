@@ -391,6 +391,10 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
                 break
             if not gate.wait(timeout=1.0):   # none ready yet: wait here, holding no trial actor (GatedSearcher)
                 continue
+            if waves:
+                # the last wave's Trial objects (the Tuner, searcher and scheduler held them, dropped below): freed
+                # before this wave makes its own, and not after the last wave, where the driver is about to finish
+                gc.collect()
             quota = left if wave is None else min(wave, left)
             searcher = GatedSearcher(gate, quota)
             scheduler = RecordingScheduler(on_result, on_crash)
@@ -414,7 +418,6 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
             # the Tuner, and the searcher and scheduler Tune handed its trials to, hold this wave's Trial objects:
             # dropped before the next wave starts, not when it replaces them
             del tuner, searcher, scheduler
-            gc.collect()
             if handed < quota and not ended_idle:   # the gate said FINISHED (closed, none left)
                 break
     finally:
