@@ -45,6 +45,7 @@ import argparse
 import cProfile
 import hashlib
 import json
+import math
 import os
 import shutil
 import statistics
@@ -54,6 +55,7 @@ import threading
 import time
 import types
 from pathlib import Path
+from typing import Collection
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
@@ -210,20 +212,33 @@ def slots_line(figures: dict) -> str:
                else ""))
 
 
+AXES = ("dataset", "method", "backbone")   # plain Tune's grid: one grid_search each, and one over the cells
+
+
 def axes_of(specs) -> tuple[dict[str, list], list[tuple[str, int]]]:
     """The axes of plain Tune's grid over `specs` (`plain_tune`): datasets, methods, backbones, (perturbation,
     severity) cells, each in plan order."""
-    axes = {k: list(dict.fromkeys(getattr(s, k) for s in specs)) for k in ("dataset", "method", "backbone")}
+    axes = {k: list(dict.fromkeys(getattr(s, k) for s in specs)) for k in AXES}
     return axes, list(dict.fromkeys((s.perturbation, s.severity) for s in specs))
+
+
+def trials_per_cell(axes: dict[str, Collection]) -> int:
+    """Plain Tune's trials per (perturbation, severity) cell: one per dataset x method x backbone."""
+    return math.prod(len(v) for v in axes.values())
 
 
 def whole_grids(specs, upto: int) -> list[int]:
     """The counts n <= `upto` whose first n trials of `specs` are exactly plain Tune's grid over their axes (one trial
-    per dataset x method x backbone x cell): only those let both sides run the same trials."""
+    per dataset x method x backbone x cell): only those let both sides run the same trials. One pass, the axes
+    growing a trial at a time."""
+    axes: dict[str, set] = {k: set() for k in AXES}
+    cells: set[tuple[str, int]] = set()
     counts = []
-    for n in range(1, min(upto, len(specs)) + 1):
-        axes, cells = axes_of(specs[:n])
-        if len(cells) * len(axes["dataset"]) * len(axes["method"]) * len(axes["backbone"]) == n:
+    for n, s in enumerate(specs[:upto], start=1):
+        for k, seen in axes.items():
+            seen.add(getattr(s, k))
+        cells.add((s.perturbation, s.severity))
+        if len(cells) * trials_per_cell(axes) == n:
             counts.append(n)
     return counts
 
@@ -239,9 +254,9 @@ def plain_tune(specs, storage: Path, cpus: float, sleep: float = 0.0, timeline: 
     from ray import tune
 
     axes, cells = axes_of(specs)
-    if len(cells) * len(axes["dataset"]) * len(axes["method"]) * len(axes["backbone"]) != len(specs):
+    if len(cells) * trials_per_cell(axes) != len(specs):
         # the warm-up's first 50 trials: whole cells of them (what it runs does not matter, only that it runs)
-        cells = cells[:max(1, len(specs) // (len(axes["dataset"]) * len(axes["method"]) * len(axes["backbone"])))]
+        cells = cells[:max(1, len(specs) // trials_per_cell(axes))]
     trainable = tune.with_resources(tune.with_parameters(noop_trainable, env={"template": specs[0].to_dict(),
                                                                                "sleep": sleep, "timeline": timeline}),
                                     {"cpu": cpus, "gpu": 0})

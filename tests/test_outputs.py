@@ -112,3 +112,13 @@ def test_a_child_killed_while_it_waits_is_an_error_not_a_crash(planned, tmp_path
     out = write_outputs_apart(planned.grid, planned.trials, tmp_path / "killed", planned.paths.ledger, child)
     assert out.error and "died" in out.error and not out.files
     assert (out.ok, out.failed, out.present) == (4, 1, 5)
+
+
+def test_closing_a_child_that_ended_by_itself_closes_its_pipe(planned):
+    """A child that ended before the driver closed it (killed, or crashed on import) still has its pipe closed, so
+    the driver holds no open file for it."""
+    child = WriterChild()
+    child.proc.kill()
+    child.proc.wait()
+    child.close()
+    assert child.proc.stdin.closed and not child.folder.exists()

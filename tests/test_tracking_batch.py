@@ -83,6 +83,27 @@ def test_flush_logs_what_is_gathered_at_once(tmp_path, monkeypatch):
     tracker.close()
 
 
+def test_flush_after_stop_waits_for_the_queued_runs_and_returns(tmp_path):
+    """A writer told to stop still logs what was queued before; a `flush` after that waits for it and returns (no
+    thread is left to take a flush mark off the queue, so waiting on the queue would hang)."""
+    import threading
+
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path)
+    grid = type("G", (), {"name": "g", "source": str(tmp_path / "g.yaml")})()
+    (tmp_path / "g.yaml").write_text("name: g\n")
+    parent = tracker.start_parent(grid, "name: g\n", {"trials": 3})
+    logged: list[str] = []
+    writer = TrialLogWriter(tracker)
+    for i in range(3):
+        writer.put((parent, "g", _entry(i), logged.append, lambda err: None))
+    writer.stop()
+    flushing = threading.Thread(target=writer.flush, daemon=True)
+    flushing.start()
+    flushing.join(timeout=60)
+    assert not flushing.is_alive() and not writer.thread.is_alive()
+    assert len(set(logged)) == 3
+
+
 def test_tracker_process_logs_as_the_tracker_does_and_survives_ctrl_c(tmp_path):
     """`submit`'s driver logs through TrackerProcess (MLflow in a process of its own): the same runs as the
     in-process Tracker, read back here in-process; the driver's pid on the parent run; an MLflow error comes back

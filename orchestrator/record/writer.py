@@ -74,6 +74,7 @@ class TrialLogWriter:
         self.tracker = tracker
         self.queue: queue.Queue = queue.Queue()
         self.failed: Exception | None = None
+        self.stopped = False
         self.thread = threading.Thread(target=self._loop, name="mlflow-trial-writer", daemon=True)
         self.thread.start()
 
@@ -82,11 +83,15 @@ class TrialLogWriter:
         self.queue.put(item)
 
     def flush(self) -> None:
+        if self.stopped:   # no thread would take a flush mark off the queue: wait for the thread's end instead
+            self.thread.join()
+            return
         self.queue.put(_FLUSH)   # the batch being gathered goes now: the caller waits for it
         self.queue.join()
 
     def stop(self) -> None:
         """The thread ends once the items queued before this are logged."""
+        self.stopped = True
         self.queue.put(_STOP)
 
     def _loop(self) -> None:

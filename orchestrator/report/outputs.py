@@ -132,13 +132,15 @@ class WriterChild:
 
     def close(self) -> None:
         """End it (without a job, if it has none) and remove its folder."""
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()
-                self.proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
+        try:  # closed even when the child has already ended, so the pipe is not left to the collector
+            self.proc.stdin.close()
+        except OSError:  # a child that died leaves a broken pipe, which the close may report
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         self._stderr.close()
         self._tmp.cleanup()
 

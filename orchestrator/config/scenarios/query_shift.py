@@ -127,7 +127,7 @@ class QueryShift(Scenario):
         out.sort(key=lambda t: 0 if t.name.endswith("_mean") or t.keys.get("severity") == 0 else 1)
         if metric is None:
             out += self._hubness_tables(plain, order, recs)
-            out += self._diagnostics_tables(plain, order)
+            out += self._diagnostics_tables(plain, order, recs)
         return out
 
     def _metric_tables(self, df: pd.DataFrame, order: TableOrder, metric: str,
@@ -218,23 +218,23 @@ class QueryShift(Scenario):
         return out
 
     @staticmethod
-    def _diagnostics_tables(df: pd.DataFrame, order: TableOrder) -> list[Table]:
+    def _diagnostics_tables(df: pd.DataFrame, order: TableOrder, recs: list[dict[str, Any]]) -> list[Table]:
         """TCR's Table 12 per dataset: the uniformity of the query embeddings (higher: more spread) and their modality
         gap to the gallery (lower: closer; workloads/metrics.py), with R@1, per direction: for the clean queries and
         the shifted ones before adaptation (reference rows; their R@1 is Source's), then after each method adapted;
-        means over the shifted cells. Only where trials report them."""
+        means over the shifted cells. Only where trials report them. `recs`: the rows of `df` (`records`)."""
         if not len(df) or "uniformity_adapted" not in df:
             return []
         measures = {"uniformity": ("uniformity_{}", True), "modality gap": ("modality_gap_{}", False),
                     "R@1": ("R1", True)}
         out = []
+        by_dataset = groups(recs, ["dataset"])
         for ds, part in df.groupby("dataset", sort=False):
             directions = [d for d in ("v2t", "t2v") if (part["direction"] == d).any()]
             cols = [(name, d) for name in measures for d in directions]
-            recs = records(part)
             rows, cells = [], {}
             for b in order.backbones:
-                mine = [t for t in recs if t["backbone_label"] == b]
+                mine = [t for t in by_dataset[(ds,)] if t["backbone_label"] == b]
                 if not mine:
                     continue
                 shifted = [t for t in mine if t["perturbation"] != CLEAN]
