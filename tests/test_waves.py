@@ -74,12 +74,12 @@ def test_waves_run_every_trial_once_and_stop_on_a_closed_gate(tmp_path):
 def test_tune_keeps_as_many_of_our_trials_pending_as_of_its_own_grid(monkeypatch):
     """Tune allows a custom search algorithm one pending trial (its trial starts serialised: half plain Tune's rate,
     docs/notes/2026-11-results-history.md §15); inside `run_trials`' context it allows ours what it allows its grid
-    search, and saves its experiment state only at the start and end; values the user set stay theirs. Asked of Tune's
+    search, and saves its experiment state once a minute; values the user set stay theirs. Asked of Tune's
     own functions, on our real searcher."""
     from ray.tune.execution.tune_controller import _get_max_pending_trials
     from ray.tune.search import SearchGenerator
 
-    from orchestrator.run.tune import GatedSearcher, _tune_settings_for_many_trials
+    from orchestrator.run.tune import EXPERIMENT_STATE_PERIOD_S, GatedSearcher, _tune_settings_for_many_trials
 
     monkeypatch.delenv("TUNE_MAX_PENDING_TRIALS_PG", raising=False)
     monkeypatch.delenv("TUNE_GLOBAL_CHECKPOINT_S", raising=False)
@@ -87,7 +87,8 @@ def test_tune_keeps_as_many_of_our_trials_pending_as_of_its_own_grid(monkeypatch
     assert _get_max_pending_trials(ours) == 1   # Tune's default for a searcher: what this fixes
     with _tune_settings_for_many_trials():
         assert _get_max_pending_trials(ours) >= 200
-        assert float(os.environ["TUNE_GLOBAL_CHECKPOINT_S"]) == float("inf")   # as Tune's controller reads it
+        # as Tune's controller reads it: a period, longer than "auto"'s 10 s at least
+        assert float(os.environ["TUNE_GLOBAL_CHECKPOINT_S"]) == EXPERIMENT_STATE_PERIOD_S > 10
     assert _get_max_pending_trials(ours) == 1   # nothing left behind in the environment
     assert "TUNE_GLOBAL_CHECKPOINT_S" not in os.environ
     monkeypatch.setenv("TUNE_MAX_PENDING_TRIALS_PG", "7")

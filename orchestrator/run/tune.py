@@ -318,6 +318,10 @@ class RecordingScheduler(FirstPendingScheduler):
             self.on_crash(trial.config["spec"], trial_error_message(trial))
 
 
+# seconds between saves of Tune's experiment state during a `Tuner.fit` (`_tune_settings_for_many_trials`)
+EXPERIMENT_STATE_PERIOD_S = 60
+
+
 @contextlib.contextmanager
 def _tune_settings_for_many_trials():
     """Tune settings read when a `Tuner.fit` starts, set for its duration (a value the user set wins):
@@ -329,14 +333,18 @@ def _tune_settings_for_many_trials():
       next: trial starts are serialised on the driver, and at thousands of short trials ours ran at half plain Tune's
       rate (docs/notes/2026-11-results-history.md §15). A gated trial is only created once its inputs are ready
       (GatedSearcher), so a pending trial never waits on a render.
-    - TUNE_GLOBAL_CHECKPOINT_S: Tune's experiment state (every trial's state as JSON, for `Tuner.restore`) is saved
-      when the run starts and ends, not every ~10 s as well: the ledger is our resume record (a restored Tuner
-      records nothing: RecordingScheduler), and the periodic saves took ~9% of the driver loop's CPU at 4,270 trials
-      (py-spy, docs/notes/2026-11-results-history.md §15)."""
+    - TUNE_GLOBAL_CHECKPOINT_S: Tune's experiment state (every trial's state as JSON, for `Tuner.restore`; the
+      ledger is our resume record) is saved every `EXPERIMENT_STATE_PERIOD_S`, not every 10-20 s as Tune's "auto"
+      does: those saves took ~9% of the driver loop's CPU at 4,270 short trials (py-spy,
+      docs/notes/2026-11-results-history.md §15). Not only at the start and end either: a trial's state is encoded
+      when a save first finds it finished, so with no save between, the final save encoded every trial of the wave
+      after the last one ended (~1.7 ms a trial on 2 cores: 1.6-1.8 s at 960 trials, the driver idle meanwhile;
+      docs/notes/2026-11-29-tune-end.md)."""
     import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
     cpus = ray.cluster_resources().get("CPU", 1.0) if ray.is_initialized() else 1.0
-    wanted = {"TUNE_MAX_PENDING_TRIALS_PG": str(max(200, int(cpus * 1.1))), "TUNE_GLOBAL_CHECKPOINT_S": "inf"}
+    wanted = {"TUNE_MAX_PENDING_TRIALS_PG": str(max(200, int(cpus * 1.1))),
+              "TUNE_GLOBAL_CHECKPOINT_S": str(EXPERIMENT_STATE_PERIOD_S)}
     ours = {k: v for k, v in wanted.items() if os.environ.get(k, "auto") == "auto"}
     os.environ.update(ours)
     try:
