@@ -55,7 +55,8 @@ def read_files(out: Path) -> tuple[list[tuple[float, float, float]], list[tuple[
     rows = [tuple(float(v) for v in ln.split("\t")) for ln in samples_path(out).read_text().splitlines()
             if ln.count("\t") == 2]
     stamped = []
-    for ln in out.with_suffix(".log").read_text().splitlines():
+    log = out.with_suffix(".log")
+    for ln in (log.read_text().splitlines() if log.is_file() else []):   # no log: the phases are not told apart
         head, _, text = ln.strip().partition(" ")
         try:
             stamped.append((float(head), text))
