@@ -11,7 +11,7 @@
 #   bash benchmarks/on_a_gpu.sh "$OUT"
 set -u
 out=${1:-${OUT:-gpu-results}}
-mkdir -p "$out"
+mkdir -p "$out" && out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 { date -u; nvidia-smi -L; python3 --version; git rev-parse HEAD 2>/dev/null; } >"$out/machine.txt" 2>&1
