@@ -5,10 +5,13 @@
 #   2. during a whole `submit` of the embedded default (fine-tuning, trials, outputs).
 # Each runs under benchmarks/gpu_busy.py with a limit well inside the call's, so its table is written even when the
 # run is cut; the tables, the stamped logs and the samples go to $OUT (or the folder given), flat, for the call to
-# bring back. The project's dependencies must be importable (docs/notes/2026-11-27-gpu.md: carried wheels put on
+# bring back (eight files: what a call brings back at most). The project's dependencies must be importable (docs/notes/2026-11-27-gpu.md: carried wheels put on
 # PYTHONPATH); the repository root is put first on it here.
 #
 #   bash benchmarks/on_a_gpu.sh "$OUT"
+#
+# VIDEOS, DEVICE, TRIALS_LIMIT_S and SUBMIT_LIMIT_S change its sizes (a dry run elsewhere: VIDEOS=6 DEVICE=cpu, with an
+# `nvidia-smi` stand-in on PATH).
 set -u
 out=${1:-${OUT:-gpu-results}}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
@@ -19,11 +22,10 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 python3 benchmarks/gpu_busy.py --out "$out/busy_trials.md" --limit-s "${TRIALS_LIMIT_S:-300}" \
     --phase "stand-ins and plan=." --phase "Ray and rendering=plan done" --phase "trials=rendering done" \
     --phase "tables=trials done" -- \
-    python3 benchmarks/dress_rehearsal.py --device cuda --videos 1000 --seconds 10-10 --types gaussian_noise \
-    --severities 5 --methods source,tent,sar,tcr --trials 4 --dir /tmp/mlvp-dress-rehearsal \
+    python3 benchmarks/dress_rehearsal.py --device "${DEVICE:-cuda}" --videos "${VIDEOS:-1000}" --seconds 10-10 \
+    --types gaussian_noise --severities 5 --methods source,tent,sar,tcr --trials 4 --dir /tmp/mlvp-dress-rehearsal \
     --out "$out/dress_rehearsal_gpu.md"
 
-python3 benchmarks/gpu_busy.py --out "$out/busy_submit.md" --limit-s "${SUBMIT_LIMIT_S:-200}" -- \
+python3 benchmarks/gpu_busy.py --out "$out/busy_submit.md" --limit-s "${SUBMIT_LIMIT_S:-180}" -- \
     python3 -m orchestrator submit quickstart --no-dashboard --results-dir /tmp/mlvp-results --cache-dir /tmp/mlvp-cache
-cp /tmp/mlvp-results/quickstart/tables/*.md "$out/" 2>/dev/null || true
 ls -l "$out"
