@@ -5,8 +5,8 @@
 #   2. during a whole `submit` of the embedded default (fine-tuning, trials, outputs).
 # Each runs under benchmarks/gpu_busy.py with a limit well inside the call's, so its table is written even when the
 # run is cut; the tables, the stamped logs and the samples go to $OUT (or the folder given), flat, for the call to
-# bring back (eight files: what a call brings back at most). The project's dependencies must be importable (docs/notes/2026-11-27-gpu.md: carried wheels put on
-# PYTHONPATH); the repository root is put first on it here.
+# bring back (eight files: what a call brings back at most). The project's dependencies must be importable
+# (docs/notes/2026-11-27-gpu.md: carried wheels put on PYTHONPATH); the repository root is put first on it here.
 #
 #   bash benchmarks/on_a_gpu.sh "$OUT"
 #
