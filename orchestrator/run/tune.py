@@ -336,8 +336,8 @@ def _tune_settings_for_many_trials():
     - TUNE_GLOBAL_CHECKPOINT_S: Tune's experiment state (every trial's state as JSON, for `Tuner.restore`; the
       ledger is our resume record) is saved every `EXPERIMENT_STATE_PERIOD_S`, not every 10-20 s as Tune's "auto"
       does: those saves took ~9% of the driver loop's CPU at 4,270 short trials (py-spy,
-      docs/notes/2026-11-results-history.md §15). Not only at the start and end either: a trial's state is encoded
-      when a save first finds it finished, so with no save between, the final save encoded every trial of the wave
+      docs/notes/2026-11-results-history.md §15). Not only at the start and end either: Tune encodes a trial's state
+      when a save first finds it changed, so with no save between, the final save encoded every trial of the wave
       after the last one ended (~1.7 ms a trial on 2 cores: 1.6-1.8 s at 960 trials, the driver idle meanwhile;
       docs/notes/2026-11-29-tune-end.md)."""
     import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
