@@ -155,24 +155,16 @@ def prepare_data(root: Path, annotations: Path, videos: int, seconds: tuple[floa
     # progress bar's thread
     pool = (concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
             if workers > 1 and len(todo) > 4 else None)
-
-    def written(v: dict) -> None:   # recorded as each is written: a stopped run keeps what it made
-        made[v["video_id"]] = v["seconds"]
-        manifest.write_text(json.dumps(made))
-        progress.update(task, advance=1)
-
-    if pool is None:
-        for k, v in todo:
-            write_video(v["path"], v["seconds"], seed=k)
-            written(v)
-        return out
+    writes = (map if pool is None else pool.map)(write_video, [v["path"] for _, v in todo],
+                                                 [v["seconds"] for _, v in todo], [k for k, _ in todo])
     try:
-        writing = {pool.submit(write_video, v["path"], v["seconds"], k): v for k, v in todo}
-        for future in concurrent.futures.as_completed(writing):
-            future.result()
-            written(writing[future])
+        for (_, v), _ in zip(todo, writes):   # recorded as each is written: a stopped run keeps what it made
+            made[v["video_id"]] = v["seconds"]
+            manifest.write_text(json.dumps(made))
+            progress.update(task, advance=1)
     finally:
-        pool.shutdown(cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     return out
 
 
