@@ -127,6 +127,7 @@ def run(command: list[str], out: Path, limit_s: float | None) -> tuple[int, floa
             killer.start()
 
     signal.signal(signal.SIGTERM, lambda *_: interrupt("stopped by SIGTERM"))
+    timer = None
     if limit_s is not None:
         timer = threading.Timer(limit_s, interrupt, args=(f"cut at the {limit_s:g} s limit",))
         timer.daemon = True
@@ -146,6 +147,8 @@ def run(command: list[str], out: Path, limit_s: float | None) -> tuple[int, floa
             sys.stdout.write(line)
         read_all.set()
         rc = proc.wait()
+    if timer is not None:   # a command that ended in time is not reported cut by a limit that falls after it
+        timer.cancel()
     wall = time.time() - t0
     stop.set()
     sampler.join()
