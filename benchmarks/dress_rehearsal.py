@@ -389,8 +389,9 @@ def trial_tables(costs, trials: list[dict], args) -> list[str]:
     cost = costs.cost
     lines = [f"### Trials: {args.model} (random init), v2t, on {args.device}, {args.precision}", "",
              "| trial | queries | total s | stream s measured | stream s predicted | measured / predicted | "
+             "stream waited for clips s | computing share of stream | "
              "gallery s measured | gallery s predicted | measured / predicted |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for t in trials:
         spec, res = t["spec"], t["result"]
         n = res.n_queries
@@ -398,14 +399,19 @@ def trial_tables(costs, trials: list[dict], args) -> list[str]:
         gallery = res.n_gallery * cost.gallery_s_per_clip
         g = res.timings.get("gallery_s", 0.0)
         cached = g < 0.05 * res.timings["total_s"] and t is not trials[0]
+        wait = res.timings["input_wait_s"]
         lines.append(f"| {spec.method} {spec.cell} | {n} | {res.timings['total_s']:.2f} | "
                      f"{res.timings['adapt_s']:.2f} | {stream:.3f} | {ratio(res.timings['adapt_s'], stream)} | "
+                     f"{wait:.2f} | {1 - wait / res.timings['adapt_s']:.1%} | "
                      f"{g:.2f}{' (cached)' if cached else ''} | {gallery:.3f} | "
                      f"{'-' if cached else ratio(g, gallery)} |")
     lines += ["", "Stream: the online adaptation and scoring of the queries (`timings.adapt_s`), priced by "
               "`trial_gpu_seconds` (NVIDIA H200, fp32 18.0 ms / bf16 5.7 ms per query); gallery: its encoding "
               "(`gallery_gpu_seconds`, 3 ms per item), done by the first trial and cached for the others. Total: the "
-              "whole trial (loading the model and the clips, diagnostics)."]
+              "whole trial (loading the model and the clips, diagnostics). Waited for clips: the part of the stream "
+              "spent waiting for its next batch from the render cache (`timings.input_wait_s`; read ahead on "
+              "background threads, workloads/read_ahead.py); the rest computed, which on a GPU bounds its busy "
+              "share during the stream from above."]
     return lines
 
 

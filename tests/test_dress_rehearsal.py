@@ -53,7 +53,11 @@ def test_the_dress_rehearsal_runs_and_sets_every_figure_beside_its_prediction(tm
     (trial,) = tables["trials"]
     assert trial[0] == "source gaussian_noise-1" and int(trial[1]) == 2
     _check_ratio(trial[3], trial[4], trial[5])
-    _check_ratio(trial[6], trial[7], trial[8])
+    # the stream's wait for its clips, and the rest of it as a share: 1 - wait / stream
+    wait, stream_s, share = _number(trial[6]), _number(trial[3]), _number(trial[7]) / 100
+    assert 0 <= wait < stream_s and trial[7].endswith("%")
+    assert abs(share - (1 - wait / stream_s)) <= (_half_unit(trial[6]) + _half_unit(trial[3])) / stream_s + 0.001
+    _check_ratio(trial[8], trial[9], trial[10])
 
 
 def _number(cell: str) -> float:

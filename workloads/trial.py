@@ -42,6 +42,7 @@ from workloads.backbones.model import Features, VideoTextModel
 from workloads.datasets import create_dataset
 from workloads.datasets.base import DatasetError, Split
 from workloads.methods import Gallery, NonFiniteError, QueryBatch, SourceFeatures, create_method, run_stream
+from workloads.read_ahead import read_ahead
 from workloads.metrics import embedding_diagnostics, k_occurrence, recall_hits, summarise, tie_rule
 from workloads.selection import prediction_entropy, soft_neighbourhood_density, source_accuracy
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
@@ -68,6 +69,9 @@ class TrialContext:
     scores_dir: str | None = None           # save the final score matrix (fp16 .npy) here when given
     device: str = "cpu"
     threads: int | None = None              # torch intra-op threads (None: leave as is)
+    # batches of clips read behind the one being computed (workloads/read_ahead.py; 0: read each when needed). The
+    # values are the same either way; on a GPU it keeps the device from waiting for the render cache
+    read_ahead: int = 2
 
 
 def _base_model(backbone: str, clip_model: str, checkpoint: str | None, clip_only: bool,
@@ -147,20 +151,51 @@ def _load_clips(spec: TrialSpec, cache: RenderCache, test: Split, cells: list[tu
     return ok, dropped, metas
 
 
-def _clip_batches(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, test: Split, rows: list[int],
-                  cells: list[tuple[str, int]]):
-    """Yield QueryBatches of preprocessed clips (row i at cells[i]), reading only one batch of clips at a time, with
-    the clips' side inputs where the backbone reads some (their OCR entries: workloads/ocr.py)."""
-    for b, start in enumerate(range(0, len(rows), spec.batch_size)):
-        chunk = rows[start:start + spec.batch_size]
-        keys = [render_key(spec, test.pairs[i].video_id, *cells[i]) for i in chunk]
-        frames = np.stack([_read_clip(cache, key) for key in keys])
-        side = None
-        if "ocr" in model.video_inputs:
-            from workloads.ocr import get_engine
+def read_clip_batch(cache: RenderCache, keys: list[RenderKey], ocr_engine: str | None = None, pin: bool = False
+                    ) -> tuple[torch.Tensor, dict | None]:
+    """The clips of `keys` from the render cache as one uint8 tensor [B, T, H, W, 3] (checksums verified), in pinned
+    memory with `pin` (its copy to a GPU then does not wait for the host), and with `ocr_engine` their OCR entries."""
+    frames = torch.from_numpy(np.stack([_read_clip(cache, key) for key in keys]))
+    side = None
+    if ocr_engine is not None:
+        from workloads.ocr import get_engine
 
-            side = {"ocr": [cache.read_ocr(key, get_engine(model.pooling.ocr_engine).version()) for key in keys]}
-        yield QueryBatch(b, model.preprocess_frames(torch.from_numpy(frames)), side=side)
+        version = get_engine(ocr_engine).version()
+        side = {"ocr": [cache.read_ocr(key, version) for key in keys]}
+    return (frames.pin_memory() if pin else frames), side
+
+
+def _clip_batches(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, test: Split, rows: list[int],
+                  cells: list[tuple[str, int]], ahead: int = 0):
+    """Yield QueryBatches of preprocessed clips (row i at cells[i]), holding only the batch in use and the `ahead`
+    batches being read behind it (workloads/read_ahead.py), with the clips' side inputs where the backbone reads some
+    (their OCR entries: workloads/ocr.py)."""
+    ocr_engine = model.pooling.ocr_engine if "ocr" in model.video_inputs else None
+    pin = model.pixel_mean.device.type == "cuda"
+
+    def read(start: int):
+        keys = [render_key(spec, test.pairs[i].video_id, *cells[i]) for i in rows[start:start + spec.batch_size]]
+        return read_clip_batch(cache, keys, ocr_engine, pin)
+
+    for b, (frames, side) in enumerate(read_ahead(read, range(0, len(rows), spec.batch_size), ahead)):
+        yield QueryBatch(b, model.preprocess_frames(frames), side=side)
+
+
+class _Waited:
+    """Iterate `items`, summing in `seconds` how long each step waited for its item."""
+
+    def __init__(self, items):
+        self.items, self.seconds = iter(items), 0.0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        t = time.perf_counter()
+        try:
+            return next(self.items)
+        finally:
+            self.seconds += time.perf_counter() - t
 
 
 def ensure_side_inputs(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, test: Split, rows: list[int],
@@ -281,7 +316,7 @@ def encode_gallery(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, t
                 clean = [(CLEAN, 0)] * len(test)
                 ensure_side_inputs(spec, model, cache, test, rows, clean)
                 feats = Features.cat([model.video_features(batch.inputs, batch.side) for batch in
-                                      _clip_batches(spec, model, cache, test, rows, clean)])
+                                      _clip_batches(spec, model, cache, test, rows, clean, ctx.read_ahead)])
         return _pack(feats)
 
     # a cosine backbone's gallery is one tensor, named as it always was; the global embedding is what
@@ -511,7 +546,7 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
             ensure_side_inputs(spec, model, cache, test, query_rows, cells)
 
             def batches():
-                return _clip_batches(spec, model, cache, test, query_rows, cells)
+                return _clip_batches(spec, model, cache, test, query_rows, cells, ctx.read_ahead)
         else:
             texts = [captions[i] for i in query_rows]
             tokens = model.tokenize(texts)
@@ -541,8 +576,11 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
             method.attach_source(*encode_source(spec, model, ctx, method.source_pairs()))
             result.timings["source_s"] = time.perf_counter() - t_source
         t1 = time.perf_counter()
-        scores = run_stream(method, batches(), progress=progress)
+        stream = _Waited(batches())
+        scores = run_stream(method, stream, progress=progress)
         result.timings["adapt_s"] = time.perf_counter() - t1
+        # of which the stream waited for its next batch: on a GPU, time the device had nothing to do
+        result.timings["input_wait_s"] = stream.seconds
         result.timings["per_query_ms"] = 1000 * result.timings["adapt_s"] / len(query_rows)
         result.method_faithful = spec.faithful and not method.paper_derived
         if method.paper_derived:

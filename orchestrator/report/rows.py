@@ -21,7 +21,7 @@ QS = "query_shift"
 METRICS = ["R1", "R5", "R10", "MdR", "MnR"]
 HUB = ["hub_skewness", "hub_truncated_skewness", "hub_atkinson", "hub_robin_hood", "hub_antihub_occurrence",
        "hub_hub_occurrence", "hub_max_k_occurrence", "hub_antihub_count"]
-TIMINGS = ["gallery_s", "adapt_s", "total_s", "per_query_ms"]
+TIMINGS = ["gallery_s", "adapt_s", "input_wait_s", "total_s", "per_query_ms"]
 # the label-free selection signals of a trial (workloads/selection.py) and TCR's diagnostics (workloads/metrics.py)
 SIGNALS = ["pred_entropy", "snd", "source_R1", *DIAGNOSTIC_METRICS]
 
