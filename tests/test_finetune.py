@@ -200,3 +200,23 @@ def test_batches_are_the_same_with_worker_processes(tmp_path, recipe):
         tok, batch = alone[0]
         assert batch.shape[1:] == (12, 32, 32, 3)
         assert not torch.equal(batch, torch.from_numpy(clips[tok[:, 0] // 10]))
+
+
+def test_crop_flip_crops_each_clip_once_for_all_its_frames_and_mirrors_exactly():
+    # X-Pool's augmentation (workloads/backbones/finetune.py apply_crop_flip): a crop of the whole frame is no change;
+    # a mirrored clip is its unmirrored twin reversed left to right, pixel for pixel; every frame gets its clip's crop
+    import numpy as np
+
+    from workloads.backbones.finetune import apply_crop_flip
+
+    rng = np.random.default_rng(0)
+    clips = rng.integers(0, 256, (3, 4, 32, 32, 3), dtype=np.uint8)
+    clips[:, 1] = clips[:, 0]                       # two equal frames in each clip
+    whole = np.array([[0, 0, 32, 32, 0], [0, 0, 32, 32, 1], [5, 3, 20, 24, 0]])
+    out = apply_crop_flip(clips, whole)
+    assert np.array_equal(out[0], clips[0])
+    assert np.array_equal(out[1], clips[1][:, :, ::-1])
+    assert np.array_equal(out[2, 0], out[2, 1]) and not np.array_equal(out[2], clips[2])
+    crop = np.array([[5, 3, 20, 24, 0], [5, 3, 20, 24, 1], [5, 3, 20, 24, 0]])
+    twins = apply_crop_flip(np.stack([clips[2]] * 3), crop)
+    assert np.array_equal(twins[1], twins[0][:, :, ::-1]) and np.array_equal(twins[0], out[2])

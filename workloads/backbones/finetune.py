@@ -272,7 +272,10 @@ def apply_crop_flip(clips: np.ndarray, params: np.ndarray) -> np.ndarray:
     for c, (top, left, h, w, flip) in enumerate(params):
         for f in range(clips.shape[1]):
             frame = cv2.resize(clips[c, f, top:top + h, left:left + w], (size, size), interpolation=cv2.INTER_LINEAR)
-            out[c, f] = frame[:, ::-1] if flip else frame
+            if flip:   # OpenCV's mirror: the same pixels as frame[:, ::-1], whose copy took 3x the resize
+                cv2.flip(frame, 1, dst=out[c, f])
+            else:
+                out[c, f] = frame
     return out
 
 
@@ -303,6 +306,16 @@ class TrainBatches(torch.utils.data.Dataset):
         if aug is not None:
             clips = apply_crop_flip(np.asarray(clips), aug)
         return self.tokens[rows], torch.from_numpy(np.ascontiguousarray(clips))
+
+
+def train_loader(batches: TrainBatches, plans, workers: int, pin: bool, seed: int) -> torch.utils.data.DataLoader:
+    """The batches of `plans`, in order, assembled by `workers` persistent processes (0: in this one), each up to 4
+    batches ahead, into pinned memory with `pin` (for a GPU). benchmarks/finetune_feed.py measures whether they keep a
+    GPU's steps fed."""
+    return torch.utils.data.DataLoader(batches, batch_size=None, sampler=plans, num_workers=workers,
+                                       persistent_workers=workers > 0, pin_memory=pin,
+                                       prefetch_factor=4 if workers else None,
+                                       generator=torch.Generator().manual_seed(seed))
 
 
 def batch_plans(config: FinetuneConfig, groups: list[list[int]], n_pairs: int, n_frames: int, size: int,
@@ -523,11 +536,8 @@ def finetune(config: FinetuneConfig, train: Split, test: Split, out_path: str | 
         + (f", batches assembled by {config.workers} worker processes" if config.workers else ""))
     # a generator of its own: the loader's seed draw must not move torch's global stream (dropout in the X-Pool
     # head), so that a run is the same with and without workers and the quick recipe the same as before them
-    loader = torch.utils.data.DataLoader(TrainBatches(train_clips, clip_of_pair, tokens), batch_size=None,
-                                         sampler=plans, num_workers=config.workers,
-                                         persistent_workers=config.workers > 0, pin_memory=device.type == "cuda",
-                                         prefetch_factor=4 if config.workers else None,
-                                         generator=torch.Generator().manual_seed(config.seed))
+    loader = train_loader(TrainBatches(train_clips, clip_of_pair, tokens), plans, config.workers,
+                          pin=device.type == "cuda", seed=config.seed)
     model.train()
     t0 = time.time()
     for step, (batch_tokens, clips) in enumerate(loader):
