@@ -2,12 +2,14 @@
 in order while up to `depth` later items are being read on background threads.
 
 A trial's query stream reads each batch of clips from the render cache (file read, sha256 check, stacking) between
-two batches of model work; on a GPU that leaves the GPU idle while the CPU reads (docs/notes/2026-11-29-read-ahead.md
-measures it). Reading the next batches while the current one is computed hides it: file reads and hashing release
-the GIL. Promises: the same values in the same order as `map(read, items)`; an item's exception is raised where that
-item would have been yielded (the earlier ones are still yielded first); at most `depth` items are read beyond the
-one the consumer holds, and when the consumer stops early (closes the generator, or it is garbage-collected) no
-further item is started. `depth` 0 reads each item when it is asked for, on the caller's thread.
+two batches of model work; on a GPU that leaves the GPU idle while the CPU reads (measured in
+docs/notes/2026-11-29-feeding-the-gpu.md). Reading the next batches while the current one is computed hides it:
+file reads and hashing release the GIL.
+
+Promises: the same values in the same order as `map(read, items)`; an item's exception is raised where that item
+would have been yielded (the earlier ones are still yielded first); at most `depth` items are read beyond the one the
+consumer holds, and when the consumer stops early (closes the generator, or it is garbage-collected) no further item
+is started. `depth` 0 reads each item when it is asked for, on the caller's thread.
 """
 from __future__ import annotations
 
