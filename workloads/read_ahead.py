@@ -20,6 +20,7 @@ from typing import TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
+_END = object()   # `items` is exhausted
 
 
 def read_ahead(read: Callable[[T], R], items: Iterable[T], depth: int) -> Iterator[R]:
@@ -44,5 +45,3 @@ def read_ahead(read: Callable[[T], R], items: Iterable[T], depth: int) -> Iterat
             future.cancel()
         pool.shutdown(wait=False, cancel_futures=True)
 
-
-_END = object()
