@@ -48,25 +48,22 @@ def feed(clips, recipe: str, steps: int, workers: int, device_s: float) -> tuple
 
     from workloads.backbones.finetune import TrainBatches, batch_plans, train_loader
     from workloads.backbones.finetune_config import FinetuneConfig
+    from workloads.read_ahead import Waited
 
     videos = clips.shape[0]
     config = FinetuneConfig(recipe=recipe, epochs=steps * FinetuneConfig(recipe=recipe).published.batch_size / videos)
-    plans, n = batch_plans(config, [[i] for i in range(videos)], videos, clips.shape[1], clips.shape[2],
+    plans, _ = batch_plans(config, [[i] for i in range(videos)], videos, clips.shape[1], clips.shape[2],
                            np.random.default_rng(0))
     tokens = torch.zeros((videos, 77), dtype=torch.long)
     loader = train_loader(TrainBatches(clips, np.arange(videos), tokens), list(plans), workers, pin=False, seed=0)
-    t0 = time.perf_counter()
-    batches = iter(loader)
+    batches = Waited(loader)
     next(batches)
-    first = time.perf_counter() - t0
-    waited, t1 = 0.0, time.perf_counter()
+    first, t1 = batches.seconds, time.perf_counter()
     time.sleep(device_s)
-    for _ in range(n - 1):
-        t = time.perf_counter()
-        next(batches)
-        waited += time.perf_counter() - t
+    for _ in batches:
         time.sleep(device_s)
     wall = time.perf_counter() - t1
+    waited = batches.seconds - first
     del batches, loader   # the persistent workers end with their loader
     return first, wall, waited
 

@@ -45,20 +45,15 @@ def build_cache(root: Path, clips: int, frames: int, resolution: int):
 
 def stream(cache, keys, batch: int, depth: int, device_s: float) -> tuple[float, float]:
     """(wall s, s waited for input) of one pass: each batch read as a trial reads it, then `device_s` of waiting."""
-    from workloads.read_ahead import read_ahead
+    from workloads.read_ahead import Waited, read_ahead
     from workloads.trial import read_clip_batch
 
     starts = range(0, len(keys), batch)
-    waited, t0 = 0.0, time.perf_counter()
-    batches = read_ahead(lambda s: read_clip_batch(cache, keys[s:s + batch]), starts, depth)
-    while True:
-        t = time.perf_counter()
-        item = next(batches, None)
-        waited += time.perf_counter() - t
-        if item is None:
-            break
+    t0 = time.perf_counter()
+    batches = Waited(read_ahead(lambda s: read_clip_batch(cache, keys[s:s + batch]), starts, depth))
+    for _ in batches:
         time.sleep(device_s)
-    return time.perf_counter() - t0, waited
+    return time.perf_counter() - t0, batches.seconds
 
 
 def main(argv=None) -> None:

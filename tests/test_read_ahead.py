@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from workloads.read_ahead import read_ahead
+from workloads.read_ahead import Waited, read_ahead
 
 
 def recorder(delay: float = 0.0, fail_at: int | None = None):
@@ -83,6 +83,21 @@ def test_a_consumer_that_stops_early_starts_no_further_read():
     time.sleep(0.3)
     assert len(started) == n
     assert not any(t.name.startswith("read-ahead") for t in threading.enumerate() if t.is_alive())
+
+
+def test_waited_sums_the_time_spent_waiting_for_items_not_the_time_holding_them():
+    def slow():
+        for i in range(3):
+            time.sleep(0.05)
+            yield i
+
+    items = Waited(slow())
+    got = []
+    for i in items:
+        got.append(i)
+        time.sleep(0.1)   # the consumer's own work: not waiting
+    assert got == [0, 1, 2]
+    assert 0.15 <= items.seconds < 0.25
 
 
 def test_a_negative_depth_is_refused_naming_it():

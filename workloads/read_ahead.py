@@ -1,5 +1,6 @@
 """Read a stream's inputs ahead of the consumer: `read_ahead(read, items, depth)` yields `read(item)` for each item
-in order while up to `depth` later items are being read on background threads.
+in order while up to `depth` later items are being read on background threads; `Waited(items)` measures how long
+the consumer still waits for them.
 
 A trial's query stream reads each batch of clips from the render cache (file read, sha256 check, stacking) between
 two batches of model work; on a GPU that leaves the GPU idle while the CPU reads (measured in
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+import time
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -45,3 +47,21 @@ def read_ahead(read: Callable[[T], R], items: Iterable[T], depth: int) -> Iterat
             future.cancel()
         pool.shutdown(wait=False, cancel_futures=True)
 
+
+
+class Waited:
+    """Iterate `items`, summing in `seconds` how long each step waited for its item (a trial's
+    `timings.input_wait_s`)."""
+
+    def __init__(self, items: Iterable[R]):
+        self.items, self.seconds = iter(items), 0.0
+
+    def __iter__(self) -> Iterator[R]:
+        return self
+
+    def __next__(self) -> R:
+        t = time.perf_counter()
+        try:
+            return next(self.items)
+        finally:
+            self.seconds += time.perf_counter() - t

@@ -42,7 +42,7 @@ from workloads.backbones.model import Features, VideoTextModel
 from workloads.datasets import create_dataset
 from workloads.datasets.base import DatasetError, Split
 from workloads.methods import Gallery, NonFiniteError, QueryBatch, SourceFeatures, create_method, run_stream
-from workloads.read_ahead import read_ahead
+from workloads.read_ahead import Waited, read_ahead
 from workloads.metrics import embedding_diagnostics, k_occurrence, recall_hits, summarise, tie_rule
 from workloads.selection import prediction_entropy, soft_neighbourhood_density, source_accuracy
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
@@ -155,14 +155,17 @@ def read_clip_batch(cache: RenderCache, keys: list[RenderKey], ocr_engine: str |
                     ) -> tuple[torch.Tensor, dict | None]:
     """The clips of `keys` from the render cache as one uint8 tensor [B, T, H, W, 3] (checksums verified), in pinned
     memory with `pin` (its copy to a GPU then does not wait for the host), and with `ocr_engine` their OCR entries."""
-    frames = torch.from_numpy(np.stack([_read_clip(cache, key) for key in keys]))
+    clips = [_read_clip(cache, key) for key in keys]
+    # stacked straight into the (pinned) batch: no second copy of it
+    frames = torch.empty((len(clips), *clips[0].shape), dtype=torch.uint8, pin_memory=pin)
+    np.stack(clips, out=frames.numpy())
     side = None
     if ocr_engine is not None:
         from workloads.ocr import get_engine
 
         version = get_engine(ocr_engine).version()
         side = {"ocr": [cache.read_ocr(key, version) for key in keys]}
-    return (frames.pin_memory() if pin else frames), side
+    return frames, side
 
 
 def _clip_batches(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, test: Split, rows: list[int],
@@ -179,23 +182,6 @@ def _clip_batches(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, te
 
     for b, (frames, side) in enumerate(read_ahead(read, range(0, len(rows), spec.batch_size), ahead)):
         yield QueryBatch(b, model.preprocess_frames(frames), side=side)
-
-
-class _Waited:
-    """Iterate `items`, summing in `seconds` how long each step waited for its item."""
-
-    def __init__(self, items):
-        self.items, self.seconds = iter(items), 0.0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        t = time.perf_counter()
-        try:
-            return next(self.items)
-        finally:
-            self.seconds += time.perf_counter() - t
 
 
 def ensure_side_inputs(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, test: Split, rows: list[int],
@@ -576,7 +562,7 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
             method.attach_source(*encode_source(spec, model, ctx, method.source_pairs()))
             result.timings["source_s"] = time.perf_counter() - t_source
         t1 = time.perf_counter()
-        stream = _Waited(batches())
+        stream = Waited(batches())
         scores = run_stream(method, stream, progress=progress)
         result.timings["adapt_s"] = time.perf_counter() - t1
         # of which the stream waited for its next batch: on a GPU, time the device had nothing to do
