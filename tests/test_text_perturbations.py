@@ -93,6 +93,17 @@ class Unrelated:
         return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
+class Alike:
+    """Every text gets the same direction (cosine 1): the first attempt is accepted. For the Styleformer types, whose
+    stand-in T5 writes unrelated words: under BagOfWords each caption ran all 100 attempts (30-40 s a type here),
+    and the retry's loop is test_batched_retry_equals_the_sequential_loop_for_every_retry_type's."""
+
+    faithful = True
+
+    def encode(self, texts):
+        return np.ones((len(texts), 8), dtype=np.float32) / np.sqrt(8)
+
+
 def edit_rate(a: str, b: str, chars: bool) -> float:
     x, y = (a, b) if chars else (a.split(), b.split())
     return 1.0 - difflib.SequenceMatcher(None, x, y, autojunk=False).ratio()
@@ -376,11 +387,12 @@ def test_back_translation_runs_the_model_pair(tiny):
 def test_styleformer_types(name, tiny):
     from workloads.perturbations.text.style_transfer import STYLES
 
-    assets = assets_for(name, tiny, sentence_encoder=BagOfWords())
+    assets = assets_for(name, tiny, sentence_encoder=Alike())
     out = T.perturb_captions(name, CAPTIONS[:3], 1, dataset="d", **assets)
     assert all(t.strip() for t in out.texts) and out.texts != CAPTIONS[:3]
     assert out.faithful == [False] * 3 and out.fallbacks["style transfer with stand-in models"] == 3
     assert out.meta["prefix"] == STYLES[name][2] and out.meta["similarity_retry"]["used"]
+    assert out.meta["similarity_retry"]["attempts"] == {"1": 3}   # each caption's first attempt, the model's
     if STYLES[name][4]:  # formal/casual: no candidate passes the adequacy filter -> the original, accepted at once
         assets["styleformer_models"] = tiny["styleformer_rejecting"]
         rejected = T.perturb_captions(name, CAPTIONS[:3], 1, dataset="d", **assets)
