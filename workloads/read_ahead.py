@@ -48,7 +48,6 @@ def read_ahead(read: Callable[[T], R], items: Iterable[T], depth: int) -> Iterat
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-
 class Waited:
     """Iterate `items`, summing in `seconds` how long each step waited for its item (a trial's
     `timings.input_wait_s`)."""
