@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from typing import Any
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from rich.console import Console
 from rich.markup import escape
@@ -27,6 +27,16 @@ from orchestrator.stages.text_render import render_text_sets
 from workloads.spec import CLEAN
 
 
+@dataclass(frozen=True)
+class HeldFineTunes:
+    """Fine-tunes held back until the render sets go first (orchestrator/planning/resources.py `first_finetune_cpus`):
+    they launch once `needs` (those sets' gate needs) are ready, on `cpus` CPUs each and `first_cpus` for the first."""
+
+    needs: list[str]
+    cpus: int
+    first_cpus: int
+
+
 class Pipeline:
     """The producers of a submission's trial inputs, beside Ray Tune (module docstring): the render stream, the
     fine-tune tasks and the stage thread (checks, prepared assets, text sets)."""
@@ -45,10 +55,8 @@ class Pipeline:
         self.deferred: list = []
         self.model_refs: dict[str, Any] = {}
         self.to_make: set[str] = set()      # checkpoint paths this submission makes, set by `start` before launching
-        # (the render sets' needs, CPUs per fine-tune, CPUs per first fine-tune): the fine-tunes launch once those sets
-        # are ready; set by `start` where the first fine-tunes take the node (orchestrator/planning/resources.py
-        # `first_finetune_cpus`)
-        self.before_models: tuple[list[str], int, int] | None = None
+        # set by `start` where the first fine-tunes wait for the render sets (they take the node); None once launched
+        self.held: HeldFineTunes | None = None
         self.t0 = time.time()
         self._thread = threading.Thread(target=self._stage, name="submit-stages", daemon=True)
 
@@ -75,7 +83,7 @@ class Pipeline:
         self.stream.add(now)
         self.t0 = time.time()
         if first_cpus:
-            self.before_models = ([set_need(*rs) for rs in now], finetune_cpus, first_cpus)
+            self.held = HeldFineTunes([set_need(*rs) for rs in now], finetune_cpus, first_cpus)
             names, many = " and ".join(f"{b}/{d}" for b, d in first), len(first) > 1
             self.console.print(f"  no trial can start before {names} {'are' if many else 'is'} fine-tuned: rendering "
                                f"first on {actors} CPUs, then the fine-tune{'s' if many else ''} on {first_cpus} CPUs"
@@ -109,11 +117,11 @@ class Pipeline:
                      if j.stand_in is not None}
         assets_done, text_done = not self.deferred, not plan.text_sets
         while not self._stopped.is_set():
-            if self.before_models is not None and self._ready(self.before_models[0]):
-                self.model_refs = launch_models(plan, self.console, cpus=self.before_models[1],
-                                                first_cpus=self.before_models[2])
+            if self.held is not None and self._ready(self.held.needs):
+                self.model_refs = launch_models(plan, self.console, cpus=self.held.cpus,
+                                                first_cpus=self.held.first_cpus)
                 pending.update(self.model_refs)
-                self.before_models = None
+                self.held = None
             for group in [g for g in groups if self.checkpoints[f"{g[0]}|{g[1]}"]["path"] in made]:
                 groups.remove(group)
                 reports.append(self._check(group))
@@ -124,10 +132,10 @@ class Pipeline:
             if not text_done and stand_ins <= made:
                 text_done = True
                 self._text_sets()
-            if not groups and assets_done and text_done and self.before_models is None:
+            if not groups and assets_done and text_done and self.held is None:
                 break
             if not pending:
-                if self.before_models is not None:
+                if self.held is not None:
                     time.sleep(0.2)
                     continue
                 raise RuntimeError(f"internal: checks {groups} wait for checkpoints that are not being made")

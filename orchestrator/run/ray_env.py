@@ -47,7 +47,9 @@ WORKER_SETUP = {"worker_process_setup_hook": "orchestrator.run.worker_setup.quie
 
 
 def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard: bool = True) -> dict:
-    """Join `address` when given, else start a local Ray bound to loopback only. Returns facts for the console."""
+    """Join `address` when given, else start a local Ray bound to loopback only; in a process where Ray is already
+    initialised, use that one. Returns facts for the console, and "started": whether this call started a local Ray
+    (which its caller then stops: orchestrator/run/submit.py `Submission.close`)."""
     if address is None:
         # Ray's local (non-cluster) mode uses 127.0.0.1 as the node address, so its listeners stay on loopback (a
         # laptop or CI needs no open ports). Ray reads this once, when it is imported: set it first.
@@ -58,7 +60,7 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard
     import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
     if ray.is_initialized():
-        return {"dashboard_url": None, "address": "already connected"}
+        return {"dashboard_url": None, "address": "already connected", "started": False}
     if address is None:
         ctx = ray.init(num_cpus=num_cpus, include_dashboard=dashboard, dashboard_host="127.0.0.1",
                        log_to_driver=True, logging_level="WARNING",
@@ -75,7 +77,8 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard
     handle_signals()   # Ray's core installed its own SIGTERM handler (a C++ stack dump): ours is the interrupt
     url = ctx.dashboard_url
     return {"dashboard_url": f"http://{url}" if url and not url.startswith("http") else url,
-            "address": ctx.address_info.get("address") or ctx.address_info.get("gcs_address")}
+            "address": ctx.address_info.get("address") or ctx.address_info.get("gcs_address"),
+            "started": address is None}
 
 
 def use_cluster_token() -> None:

@@ -24,6 +24,12 @@ hands it the next trial, in plan order, whose needs are all met. Three producers
 So the trials of one (backbone, dataset) start while another is still fine-tuned and while later render sets are
 rendered. The ledger, MLflow logging, resume and the tables are unchanged: the driver still records each trial as it
 finishes. The progress display shows the render stream and the trials side by side.
+
+A `Submission` owns what it starts, and only that: the MLflow tracker process, the outputs' child process, the
+pipeline, the TPE searches and Ray, which it stops at `close` only when it started it. In a process where Ray is already
+initialised (a notebook, a script that called `ray.init`, a test's shared Ray), it joins that Ray and leaves it
+running. `submit()` is `start`, `run` and `close` in one call; `orchestrator.submit` is the same with keyword options
+(docs/architecture.md, "The Python API").
 """
 from __future__ import annotations
 
@@ -56,163 +62,241 @@ from orchestrator.run.pipeline import Pipeline
 from workloads.spec import TrialSpec
 
 
-def submit(grid_path: str, opts: SubmitOptions, console: Console | None = None) -> SubmitReport:
-    """Run a grid end to end (module docstring); `console`: where our lines go (default: stdout). A dry run plans
-    and prints only: it writes nothing and starts nothing."""
-    console = console or make_console()
-    t_start = time.time()
-    paths = Paths.make(opts.results_dir, opts.cache_dir)
-    if opts.dry_run:  # sized whether or not the data is on disk yet: what is missing is listed (planning/plan.py)
-        plan = plan_for_sizing(grid_path, paths)
-        grid = plan.grid
-    else:
-        grid = load_grid(grid_path)
-    if not opts.dry_run:  # what would fail later, checked before anything starts: the folders, then the store
-        check_writable(paths.results)
-        check_writable(paths.cache)
-    ledger = TrialLedger(paths.ledger, read_only=opts.dry_run)
-    if not opts.dry_run:
-        plan = build_plan(grid, paths)
-    plan.notes.extend(missing_videos(plan))   # all at once, before anything starts; none of a split's: PlanError
-    check_hub_k(plan)   # a dry run answers as the submission would (`plan` lists it among its notes)
-    todo, status = select_trials(plan, ledger, opts.only_failed, opts.rerun, opts.incomplete)
-    done_before = sum(1 for s in status.values() if s == "ok")
-    print_plan(plan, status, todo, console)
-    report = SubmitReport(plan, len(todo), done_before)
-    if opts.dry_run:
-        return report
+class Submission:
+    """One submission of one grid (module docstring), in four steps: `start` plans, prints the plan and starts what the
+    run needs (the tracker process, Ray unless the process already has it); `run` runs the trials and the stages that
+    feed them and writes the tables; `close` ends what `start` started, in reverse order, and is safe to call twice.
+    A dry run, or a grid with nothing to run, ends in `start`'s plan or `run`'s tables without starting Ray.
+    Use it as a context manager: `with Submission(grid, opts) as s: report = s.run()`."""
 
-    report.tracking_uri = opts.tracking_uri or default_tracking_uri(paths.results)
-    check_store(report.tracking_uri)
-    if not todo:  # nothing to run: no Ray; bring MLflow and the tables up to date from the ledger
-        return finish(plan, grid, ledger, report, console, t_start, summary=None, counts={"ok": 0, "failed": 0},
-                      status="FINISHED", submission=new_submission_id())
+    def __init__(self, grid_path: str, opts: SubmitOptions | None = None, console: Console | None = None):
+        self.grid_path, self.opts = grid_path, opts or SubmitOptions()
+        self.console = console or make_console()
+        self.t_start = time.time()
+        self.plan: Plan | None = None
+        self.grid: GridSpec | None = None
+        self.ledger: TrialLedger | None = None
+        self.todo: list[TrialSpec] = []
+        self.report: SubmitReport | None = None
+        self.submission = new_submission_id()
+        # what this submission started, and so ends at `close` (None: not started by it)
+        self.tracker: TrackerProcess | None = None
+        self.ahead: OutputsAhead | None = None
+        self.started_ray = False
+        self.ray_info: dict = {}
+        self._started = False
 
-
-    # MLflow in a process of its own (TrackerProcess), started first: it imports while Ray starts
-    tracker = TrackerProcess(report.tracking_uri, paths.results)
-    ahead = OutputsAhead(len(plan.trials))   # the outputs' child, started at the first trial result
-    try:
-        info = ray_env.start_ray(opts.address, opts.num_cpus, opts.dashboard)
-        if info.get("dashboard_url"):
-            console.print(f"Ray dashboard: {info['dashboard_url']}  ({ray_env.auth_token_hint()})")
-        try:
+    # -- start: plan, print, start the services ---------------------------------------------------------------------
+    def start(self) -> SubmitReport:
+        """Plan the grid and print the plan; for a run (not a dry run, something to do) start the tracker process and
+        join or start Ray. Returns the report the run will fill."""
+        if self._started:
+            return self.report
+        self._started = True
+        opts, console = self.opts, self.console
+        paths = Paths.make(opts.results_dir, opts.cache_dir)
+        if opts.dry_run:  # sized whether or not the data is on disk yet: what is missing is listed (planning/plan.py)
+            plan = plan_for_sizing(self.grid_path, paths)
+            grid = plan.grid
+        else:  # what would fail later, checked before anything starts: the grid, the folders, then the store
+            grid = load_grid(self.grid_path)
+            check_writable(paths.results)
+            check_writable(paths.cache)
+        ledger = TrialLedger(paths.ledger, read_only=opts.dry_run)
+        if not opts.dry_run:
+            plan = build_plan(grid, paths)
+        plan.notes.extend(missing_videos(plan))   # all at once, before anything starts; none of a split's: PlanError
+        check_hub_k(plan)   # a dry run answers as the submission would (`plan` lists it among its notes)
+        todo, status = select_trials(plan, ledger, opts.only_failed, opts.rerun, opts.incomplete)
+        done_before = sum(1 for s in status.values() if s == "ok")
+        print_plan(plan, status, todo, console)
+        self.plan, self.grid, self.ledger, self.todo = plan, grid, ledger, todo
+        self.report = SubmitReport(plan, len(todo), done_before)
+        if opts.dry_run:
+            return self.report
+        self.report.tracking_uri = opts.tracking_uri or default_tracking_uri(paths.results)
+        check_store(self.report.tracking_uri)
+        if todo:
+            # MLflow in a process of its own, started first: it imports while Ray starts
+            self.tracker = TrackerProcess(self.report.tracking_uri, paths.results)
+            self.ahead = OutputsAhead(len(plan.trials))   # the outputs' child, started at the first trial result
+            self.ray_info = ray_env.start_ray(opts.address, opts.num_cpus, opts.dashboard)
+            self.started_ray = bool(self.ray_info.get("started"))
+            if self.ray_info.get("dashboard_url"):
+                console.print(f"Ray dashboard: {self.ray_info['dashboard_url']}  ({ray_env.auth_token_hint()})")
             ray_env.check_resources(grid.runtime.gpus_per_trial, grid.runtime.cpus_per_trial)
-            return _run(plan, grid, todo, ledger, report, console, t_start, opts, tracker=tracker, ahead=ahead)
-        finally:
-            if opts.address is None:
+        return self.report
+
+    # -- run: the trials and their producers, then the tables -------------------------------------------------------
+    def run(self) -> SubmitReport:
+        """The whole submission after `start` (called here when it was not): nothing for a dry run; with nothing to
+        run, MLflow and the tables brought up to date from the ledger; else the trials (`SubmissionRun`). Raises
+        KeyboardInterrupt when stopped (the finished trials stay recorded), CheckFailed when a checkpoint misses
+        its gate."""
+        report = self.start()
+        if self.opts.dry_run:
+            return report
+        if not self.todo:  # nothing to run: no Ray; bring MLflow and the tables up to date from the ledger
+            return finish(self.plan, self.grid, self.ledger, report, self.console, self.t_start, summary=None,
+                          counts={"ok": 0, "failed": 0}, status="FINISHED", submission=self.submission)
+        return SubmissionRun(self).run()
+
+    # -- close: end what start started -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """End what this submission started, and nothing else: the outputs' child (unused when the submission stopped
+        before its outputs), the tracker process, and Ray only where `start` started it (a caller's Ray stays)."""
+        ahead, tracker, self.ahead, self.tracker = self.ahead, self.tracker, None, None
+        try:
+            if self.started_ray:   # in the reverse order of `start`: Ray, the outputs' child, the tracker
+                self.started_ray = False
                 ray_env.stop_ray()
-    finally:
-        ahead.close()   # unused when the submission stopped before its outputs
-        tracker.close()
+        finally:
+            try:
+                if ahead is not None:
+                    ahead.close()
+            finally:
+                if tracker is not None:
+                    tracker.close()
+
+    def __enter__(self) -> "Submission":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
-def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: SubmitReport, console: Console,
-         t_start: float, opts: SubmitOptions | None = None, *, tracker: TrackerProcess,
-         ahead: OutputsAhead | None = None) -> SubmitReport:
-    """The trials of `todo` and the stages feeding them, on the connected Ray cluster; results through `tracker`
-    (the caller's: `submit` closes it); `ahead`: the outputs' child, started at the first result (the caller's)."""
+class SubmissionRun:
+    """The trials of a started submission and the stages feeding them, on the connected Ray cluster: the progress
+    display, the gate, the pipeline (orchestrator/run/pipeline.py), the recorder of results (ledger, then MLflow
+    through the submission's tracker process), the TPE searches when the grid searches with TPE, and the end: MLflow
+    and the tables (orchestrator/run/finish.py)."""
 
-    from orchestrator.run.search import TPESearches  # Optuna: only a submission that searches with TPE uses it
-    from orchestrator.run.tune import run_trials  # Ray Tune (~1.5 s): only a submission that runs trials imports it
+    def __init__(self, sub: Submission):
+        from orchestrator.run.search import TPESearches  # Optuna: only a submission that searches with TPE uses it
 
-    opts = opts or SubmitOptions()
-    paths = plan.paths
-    rt = grid.runtime
-    checkpoints = checkpoint_paths(plan)
-    submission = new_submission_id()
-    env = trial_environment(plan, checkpoints, opts.trial_hook or os.environ.get(TRIAL_HOOK_ENV) or None)
-    progress = Progress(TextColumn("{task.description:9s}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[unit]}"), TextColumn("{task.fields[failed]} failed"),
-                        TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console)
-    gate = ReadyGate(todo, lambda t: trial_needs(plan, t))
-    pipeline = Pipeline(plan, gate, ledger, console, progress, opts, report, submission)
-    recorder = LiveRecorder(ledger, tracker, lambda: report.parent_run_id, grid.name, submission, progress,
-                            progress.add_task("trials", total=len(todo), unit="trials", failed=0, note=""),
-                            TrialColumns.for_plan(plan))
-    tpe = TPESearches(plan, ledger, gate) if tpe_streams(plan) else None   # TPE proposes as results come in
-    ahead = ahead or OutputsAhead(0)
+        self.sub = sub
+        plan, opts, report = sub.plan, sub.opts, sub.report
+        self.checkpoints = checkpoint_paths(plan)
+        self.env = trial_environment(plan, self.checkpoints,
+                                     opts.trial_hook or os.environ.get(TRIAL_HOOK_ENV) or None)
+        self.progress = Progress(TextColumn("{task.description:9s}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[unit]}"), TextColumn("{task.fields[failed]} failed"),
+                                 TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=sub.console)
+        self.gate = ReadyGate(sub.todo, lambda t: trial_needs(plan, t))
+        self.pipeline = Pipeline(plan, self.gate, sub.ledger, sub.console, self.progress, opts, report,
+                                 sub.submission)
+        self.recorder = LiveRecorder(sub.ledger, sub.tracker, lambda: report.parent_run_id, sub.grid.name,
+                                     sub.submission, self.progress,
+                                     self.progress.add_task("trials", total=len(sub.todo), unit="trials", failed=0,
+                                                            note=""),
+                                     TrialColumns.for_plan(plan))
+        self.tpe = TPESearches(plan, sub.ledger, self.gate) if tpe_streams(plan) else None   # proposes as results come
+        self.as_of = ledger_as_of(plan, sub.ledger, sub.todo)
 
-    def on_result(result):
-        ahead.start()   # from the first result on (the trial workers are up): nothing after the first
-        recorder.result(result)
-        if tpe is not None:
-            tpe.on_result(result)
+    # Tune's callbacks, on the driver
+    def on_result(self, result) -> None:
+        self.sub.ahead.start()   # from the first result on (the trial workers are up): nothing after the first
+        self.recorder.result(result)
+        if self.tpe is not None:
+            self.tpe.on_result(result)
 
-    def on_crash(spec, message):
-        ahead.start()
-        recorder.crash(spec, message)
-        if tpe is not None:
-            tpe.on_result({"key": TrialSpec.from_dict(spec).key, "status": "failed", "metrics": {}})
+    def on_crash(self, spec, message) -> None:
+        self.sub.ahead.start()
+        self.recorder.crash(spec, message)
+        if self.tpe is not None:
+            self.tpe.on_result({"key": TrialSpec.from_dict(spec).key, "status": "failed", "metrics": {}})
 
-    as_of = ledger_as_of(plan, ledger, todo)
+    def open_store(self) -> None:
+        """On the tracker's thread, before any trial run it logs: the stages and trials do not wait for the store
+        (MLflow's start, a new store's migrations: ~3 s), nor for the sync of what the ledger has and it lacks."""
+        sub, report = self.sub, self.sub.report
+        report.parent_run_id = start_parent(sub.tracker, sub.plan, sub.submission, report.to_run, report.done_before)
+        sub.console.print(f"MLflow: parent run {report.parent_run_id} in {report.tracking_uri}  "
+                          f"(mlflow ui --backend-store-uri {report.tracking_uri})")
+        sync_store(sub.tracker, sub.plan, sub.ledger, lambda: report.parent_run_id, sub.console, self.as_of)
 
-    def open_store() -> None:
-        # on the tracker's thread, before any trial run it logs: the stages and trials do not wait for the store
-        # (MLflow's start, a new store's migrations: ~3 s), nor for the sync of what the ledger has and it lacks
-        report.parent_run_id = start_parent(tracker, plan, submission, report.to_run, report.done_before)
-        console.print(f"MLflow: parent run {report.parent_run_id} in {report.tracking_uri}  "
-                      f"(mlflow ui --backend-store-uri {report.tracking_uri})")
-        sync_store(tracker, plan, ledger, lambda: report.parent_run_id, console, as_of)
+    def run(self) -> SubmitReport:
+        """The trials, then the end; a Ctrl-C or SIGTERM ends as KILLED (re-raised after the tables), any other error
+        closes the parent run FAILED and propagates."""
+        from orchestrator.run.tune import run_trials  # Ray Tune (~1.5 s): only a submission that runs trials imports it
 
-    tracker.later(open_store, recorder.untracked)
-    status, stopped = "FINISHED", None
-    try:
-        with progress:
-            if tpe is not None:
-                tpe.start()
-                progress.update(recorder.task, total=len(gate) + gate.promised)
-            pipeline.start()
+        sub = self.sub
+        sub.tracker.later(self.open_store, self.recorder.untracked)
+        status, stopped = "FINISHED", None
+        try:
+            self._trials(run_trials)
+        except KeyboardInterrupt as err:   # Ctrl-C, or SIGTERM (Terminated): the finished trials stay recorded
+            taken()   # not raised again by Tune's loop (orchestrator/run/interrupts.py)
+            status, stopped = "KILLED", err
+            self.pipeline.stop()
+            why = "stopped by SIGTERM" if stopped_by_sigterm(err) else "interrupted"
+            sub.console.print(f"[yellow]{why}: every finished trial is in the ledger; run the rest with: "
+                              f"mlvp resume {sub.grid.source}[/]")
+        except BaseException:
+            self.pipeline.stop()
+            self._close_parent_failed()
+            raise
+        self._finish(status)
+        if stopped is not None:
+            raise stopped
+        return sub.report
+
+    def _trials(self, run_trials) -> None:
+        sub, rt = self.sub, self.sub.grid.runtime
+        with self.progress:
+            if self.tpe is not None:
+                self.tpe.start()
+                self.progress.update(self.recorder.task, total=len(self.gate) + self.gate.promised)
+            self.pipeline.start()
             # one trial slot: no actor reuse, or an idle cached trial actor would hold the only slot that a check or
             # fine-tune still to come needs (producer_share)
-            run_trials(todo, env, storage_path=str(paths.grid_dir(grid.name) / "tune"), name=submission,
-                       cpus_per_trial=rt.cpus_per_trial, gpus_per_trial=rt.gpus_per_trial,
+            run_trials(sub.todo, self.env, storage_path=str(sub.plan.paths.grid_dir(sub.grid.name) / "tune"),
+                       name=sub.submission, cpus_per_trial=rt.cpus_per_trial, gpus_per_trial=rt.gpus_per_trial,
                        max_failures=rt.max_failures, max_concurrent=rt.max_concurrent_trials,
-                       on_result=on_result, on_crash=on_crash, gate=gate,
-                       reuse_actors=pipeline.slots >= 2, wave=rt.trials_per_wave)
-            pipeline.finish()   # the render sets no remaining trial needed, the text sets; re-raises a stage error
+                       on_result=self.on_result, on_crash=self.on_crash, gate=self.gate,
+                       reuse_actors=self.pipeline.slots >= 2, wave=rt.trials_per_wave)
+            self.pipeline.finish()   # the render sets no remaining trial needed, the text sets; re-raises a stage error
             raise_if_pending()   # a Ctrl-C swallowed on its way (orchestrator/run/interrupts.py)
-            progress.update(recorder.task, advance=pipeline.checked)   # the clean cells the check ran: of the total
-    except KeyboardInterrupt as err:   # Ctrl-C, or SIGTERM (Terminated): the finished trials stay recorded
-        taken()   # not raised again by Tune's loop (orchestrator/run/interrupts.py)
-        status, stopped = "KILLED", err
-        pipeline.stop()
-        why = "stopped by SIGTERM" if stopped_by_sigterm(err) else "interrupted"
-        console.print(f"[yellow]{why}: every finished trial is in the ledger; run the rest with: "
-                      f"mlvp resume {grid.source}[/]")
-    except BaseException:
-        pipeline.stop()
-        try:  # refused (check) or broken: the parent run says so; no tables (nothing complete was produced)
-            tracker.flush()
-            if report.parent_run_id:
-                tracker.finish_parent(report.parent_run_id, {"ran_now_ok": recorder.counts["ok"],
-                                                             "ran_now_failed": recorder.counts["failed"]}, [],
-                                      "FAILED")
-        except Exception:
-            pass
-        raise
-    if tpe is not None:   # the tables and the report read every proposal, this submission's included
-        known = {t.key for t in plan.trials}
-        plan.trials.extend(t for t in tpe.specs() if t.key not in known)
-    summary = report.render = pipeline.stream.summary
-    report.timeline = {"start": pipeline.t0, "trials_from": gate.first_ready or 0.0,
-                       **{set_need(*rs): t for rs, t in pipeline.stream.ready_at.items()}}
-    pipeline.print_render(console)
-    recorder.counts["ok"] += pipeline.checked   # the clean source cells `check` ran (logged to MLflow by sync_store)
-    if pipeline.checked and recorder.tracking:
-        # the trial runs still queued on the tracker's thread (LiveRecorder) must reach the ledger first, or the
-        # sync would log them a second time
-        tracker.flush()
+            self.progress.update(self.recorder.task, advance=self.pipeline.checked)   # the clean cells the check ran
+
+    def _close_parent_failed(self) -> None:
+        """Refused (check) or broken: the parent run says so; no tables (nothing complete was produced)."""
+        sub = self.sub
         try:
-            if recorder.tracking:   # the store may have stopped answering while the queue drained
-                sync_store(tracker, plan, ledger, lambda: report.parent_run_id, console)
-        except Exception as err:   # the ledger has them: the next submit or `sync` logs them
-            recorder.untracked(err)
-    report.ok, report.failed = recorder.counts["ok"], recorder.counts["failed"]
-    finish(plan, grid, ledger, report, console, t_start, summary, recorder.counts, status, submission,
-           tracker if recorder.tracking else None, ahead)
-    if status == "KILLED":
-        raise stopped
-    return report
+            sub.tracker.flush()
+            if sub.report.parent_run_id:
+                sub.tracker.finish_parent(sub.report.parent_run_id,
+                                          {"ran_now_ok": self.recorder.counts["ok"],
+                                           "ran_now_failed": self.recorder.counts["failed"]}, [], "FAILED")
+        except Exception:   # the store is what failed: the ledger has every result, `mlvp sync` closes the parent
+            pass
+
+    def _finish(self, status: str) -> None:
+        sub, report, pipeline, recorder = self.sub, self.sub.report, self.pipeline, self.recorder
+        if self.tpe is not None:   # the tables and the report read every proposal, this submission's included
+            known = {t.key for t in sub.plan.trials}
+            sub.plan.trials.extend(t for t in self.tpe.specs() if t.key not in known)
+        summary = report.render = pipeline.stream.summary
+        report.timeline = {"start": pipeline.t0, "trials_from": self.gate.first_ready or 0.0,
+                           **{set_need(*rs): t for rs, t in pipeline.stream.ready_at.items()}}
+        pipeline.print_render(sub.console)
+        recorder.counts["ok"] += pipeline.checked   # the clean source cells `check` ran (sync_store logs them)
+        if pipeline.checked and recorder.tracking:
+            # the trial runs still queued on the tracker's thread (LiveRecorder) must reach the ledger first, or the
+            # sync would log them a second time
+            sub.tracker.flush()
+            try:
+                if recorder.tracking:   # the store may have stopped answering while the queue drained
+                    sync_store(sub.tracker, sub.plan, sub.ledger, lambda: report.parent_run_id, sub.console)
+            except Exception as err:   # the ledger has them: the next submit or `sync` logs them
+                recorder.untracked(err)
+        report.ok, report.failed = recorder.counts["ok"], recorder.counts["failed"]
+        finish(sub.plan, sub.grid, sub.ledger, report, sub.console, sub.t_start, summary, recorder.counts, status,
+               sub.submission, sub.tracker if recorder.tracking else None, sub.ahead)
 
 
+def submit(grid_path: str, opts: SubmitOptions | None = None, console: Console | None = None) -> SubmitReport:
+    """Run a grid end to end (module docstring): `Submission`'s start, run and close. `console`: where our lines go
+    (default: stdout). A dry run plans and prints only: it writes nothing and starts nothing."""
+    with Submission(grid_path, opts, console) as sub:
+        return sub.run()
