@@ -91,6 +91,27 @@ def test_configurations_are_drawn_again_with_the_same_keys_and_a_larger_budget_k
         plan_of(tmp_path, search={**SEARCH, "seed": 1}))
 
 
+def test_plan_time_draws_are_those_ray_tunes_domains_make():
+    """The planning layer draws random configurations without Ray (orchestrator/planning/search.py `draw`); the values
+    must be those Ray Tune's domains drew from the same generator, or every random search's trial keys would change."""
+    import numpy as np
+
+    from orchestrator.config.search import Domain
+    from orchestrator.planning.search import draw
+    from orchestrator.run.search import tune_domain
+
+    domains = [Domain("lr", distribution="loguniform", low=1e-6, high=1e-2),
+               Domain("temperature", distribution="uniform", low=0.001, high=0.5),
+               Domain("steps", distribution="randint", low=1, high=5),
+               Domain("k", values=(8, 16, 32)), Domain("mode", values=("a", "b"))]
+    for seed in range(5):
+        ours, tunes = np.random.default_rng(seed), np.random.default_rng(seed)
+        for _ in range(20):
+            for d in domains:
+                a, b = draw(d, ours), tune_domain(d).sample(random_state=tunes)
+                assert a == b and type(a) is type(b), (d, a, b)
+
+
 def test_grid_search_takes_every_combination_in_order():
     grid = grid_of(search={"algorithm": "grid", "budget": 4,
                            "methods": {"tent": {"steps": [1, 3], "temperature": [0.01, 0.05]}}})

@@ -1,5 +1,5 @@
 """Trial slots and render actors on a cluster's logical resources (orchestrator/planning/resources.py): the two share
-one count of the trials that run at once; only `trial_slots` floors it at one. `Cluster.current()` reads a real Ray
+one count of the trials that run at once; only `trial_slots` floors it at one. `current_cluster()` reads a real Ray
 cluster's resources."""
 
 import pytest
@@ -7,6 +7,7 @@ import ray
 
 from orchestrator.config.schema import RuntimeSpec
 from orchestrator.planning.resources import Cluster, render_actors, trial_slots
+from orchestrator.stages.cluster import current_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +30,7 @@ def test_gpu_cluster_slots_and_render_actors(cluster):
         ({"cpus_per_trial": 2}, (4, 6)),                                # CPU trials: renders keep one trial's CPUs
         ({"gpus_per_trial": 0.5, "render_actors": 3}, (4, 3)),          # the grid's own count wins
     ]
-    cluster = Cluster.current()
+    cluster = current_cluster()
     assert cluster == Cluster(cpus=8, gpus=2, largest_node_cpus=8)
     for runtime, expected in cases:
         rt = RuntimeSpec(**runtime)
@@ -38,7 +39,7 @@ def test_gpu_cluster_slots_and_render_actors(cluster):
 
 @pytest.mark.parametrize("cluster", [(4, 0)], indirect=True)
 def test_gpu_trials_on_a_cluster_without_gpus(cluster):
-    rt, cluster = RuntimeSpec(gpus_per_trial=0.5), Cluster.current()
+    rt, cluster = RuntimeSpec(gpus_per_trial=0.5), current_cluster()
     # no GPU slot: every CPU renders; Tune's count stays one (submit never gets this far: ray_env.check_resources
     # stops a GPU grid on a cluster without GPUs before the pipeline starts)
     assert trial_slots(rt, cluster) == 1 and render_actors(rt, cluster) == 4

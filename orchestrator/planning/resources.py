@@ -12,19 +12,12 @@ from orchestrator.config.schema import RuntimeSpec
 @dataclass(frozen=True)
 class Cluster:
     """The connected Ray cluster's size: total CPUs and GPUs, and the CPUs of its largest alive node (a task asking
-    for more than one node holds never starts, although the cluster-wide total may be larger)."""
+    for more than one node holds never starts, although the cluster-wide total may be larger). Read from Ray by
+    orchestrator/stages/cluster.py `current_cluster` (Ray stays out of this layer: pyproject.toml's contract)."""
 
     cpus: float
     gpus: float
     largest_node_cpus: int
-
-    @classmethod
-    def current(cls) -> "Cluster":
-        import ray  # heavy (~1 s); only the stages that run on Ray ask
-
-        total = ray.cluster_resources()
-        sizes = [n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
-        return cls(float(total.get("CPU", 1)), float(total.get("GPU", 0)), max(1, int(max(sizes, default=1))))
 
 
 def concurrent_trials(rt: RuntimeSpec, cluster: Cluster) -> int:

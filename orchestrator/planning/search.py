@@ -2,8 +2,9 @@
 grid is planned, so the plan stays pure data and every configuration is a TrialSpec with a content key.
 
 - grid: every combination of the listed values, in the order they are written (`grid-1`, `grid-2`, ...);
-- random: `budget` draws from Ray Tune's own search-space domains (`tune.choice`, `tune.uniform`, `tune.loguniform`,
-  `tune.randint`, sampled with a generator seeded from `search.seed` and the method's name): `random-1` ... The same
+- random: `budget` draws as Ray Tune's search-space domains make them (`draw`: `tune.choice`, `tune.uniform`,
+  `tune.loguniform`, `tune.randint`, from a generator seeded from `search.seed` and the method's name; Ray itself is
+  not imported here: pyproject.toml's contract keeps it out of the planning layer): `random-1` ... The same
   seed draws the same configurations on every machine, so `resume` and a re-submission find them again by their
   keys; a larger budget keeps the earlier draws (each draw is sampled in turn from one generator), so extending a
   search reuses every trial it ran;
@@ -37,17 +38,18 @@ class SearchedConfig:
     steps: int | None = None
 
 
-def tune_domain(d: Domain):
-    """Ray Tune's search-space domain for one searched option (function-level import: Ray only for searching grids)."""
-    from ray import tune   # Ray Tune's search spaces: only for a grid with a search: section
-
+def draw(d: Domain, rng: np.random.Generator) -> Any:
+    """One value of a searched option from `rng`, drawn as Ray Tune's search-space domains draw theirs (`tune.choice`:
+    an index into the values; `tune.uniform`; `tune.loguniform`: uniform in log space; `tune.randint(low, high + 1)`),
+    so the configurations keep the keys they had when they were drawn through Tune, without Ray in the planning layer
+    (tests/test_search.py draws both ways and compares)."""
     if d.is_list:
-        return tune.choice(list(d.values))
+        return d.values[int(rng.choice(np.arange(len(d.values)), size=1)[0])]
     if d.distribution == "uniform":
-        return tune.uniform(d.low, d.high)
+        return float(rng.uniform(d.low, d.high, size=1)[0])
     if d.distribution == "loguniform":
-        return tune.loguniform(d.low, d.high)
-    return tune.randint(int(d.low), int(d.high) + 1)     # Tune's upper bound is exclusive; ours is inclusive
+        return float(np.exp(rng.uniform(np.log(d.low), np.log(d.high), size=1))[0])
+    return int(rng.integers(int(d.low), int(d.high) + 1, size=1)[0])   # the grid's upper bound is inclusive
 
 
 def _rounded(value: Any) -> Any:
@@ -73,9 +75,7 @@ def sampled_configs(grid, entry: str) -> list[SearchedConfig]:
         return [split_config(f"grid-{i}", combo) for i, combo in enumerate(grid_combinations(domains), start=1)]
 
     rng = np.random.default_rng(stable_seed("search", s.seed, entry))
-    space = {d.name: tune_domain(d) for d in domains}
-    return [split_config(f"random-{i}", {k: dom.sample(random_state=rng) for k, dom in space.items()})
-            for i in range(1, s.budget + 1)]
+    return [split_config(f"random-{i}", {d.name: draw(d, rng) for d in domains}) for i in range(1, s.budget + 1)]
 
 
 def configs_per_cell(grid, entry: str) -> int:

@@ -16,7 +16,8 @@ from orchestrator.planning.environment import checkpoint_paths, models_to_make
 from orchestrator.planning.needs import check_need, set_need
 from orchestrator.planning.plan import Plan
 from orchestrator.planning.render_sets import cost_ordered_sets, ordered_sets
-from orchestrator.planning.resources import Cluster, first_finetune_cpus, render_actors, trial_slots
+from orchestrator.planning.resources import first_finetune_cpus, render_actors, trial_slots
+from orchestrator.stages.cluster import current_cluster
 from orchestrator.record.ledger import TrialLedger
 from orchestrator.run.options import SubmitOptions, SubmitReport
 from orchestrator.stages.assets import prepare_assets, prepares_assets
@@ -63,7 +64,7 @@ class Pipeline:
     def start(self) -> None:
         plan = self.plan
         rt = plan.grid.runtime
-        cluster = Cluster.current()
+        cluster = current_cluster()
         self.slots = trial_slots(rt, cluster)
         actors = render_actors(rt, cluster)
         finetune_cpus = max(1, int(cluster.cpus) - actors)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from orchestrator.planning.resources import Cluster
+from orchestrator.stages.cluster import current_cluster
 from orchestrator.run.interrupts import handle_signals
 
 # Tune's auto CSV/JSON loggers keep ~300 KB per finished trial on the driver and write 5 files per trial; our
@@ -26,7 +26,7 @@ class ClusterError(RuntimeError):
 
 def check_resources(gpus_per_trial: float, cpus_per_trial: float) -> None:
     """A trial asking for resources no node has would wait forever: say so and stop instead."""
-    cluster = Cluster.current()
+    cluster = current_cluster()
     if gpus_per_trial > 0 and cluster.gpus == 0:
         raise ClusterError(f"runtime.gpus_per_trial is {gpus_per_trial} but the Ray cluster has no GPU: set "
                            "gpus_per_trial: 0 to run on CPUs, or join a cluster with GPUs (--address)")

@@ -20,7 +20,7 @@ import threading
 from typing import Any
 
 from orchestrator.config.schema import SURROGATES
-from orchestrator.config.search import method_domains
+from orchestrator.config.search import Domain, method_domains
 from orchestrator.planning.search import (
     SearchedConfig,
     read_tpe_record,
@@ -28,13 +28,25 @@ from orchestrator.planning.search import (
     tpe_record_path,
     tpe_spec,
     tpe_streams,
-    tune_domain,
 )
 from workloads.atomic import atomic_write_text
 from workloads.seeding import stable_seed
 from workloads.spec import TrialSpec
 
 METRIC = "objective"
+
+
+def tune_domain(d: Domain):
+    """Ray Tune's search-space domain for one searched option, the space OptunaSearch proposes from."""
+    from ray import tune   # Ray Tune: only for a grid with a TPE search
+
+    if d.is_list:
+        return tune.choice(list(d.values))
+    if d.distribution == "uniform":
+        return tune.uniform(d.low, d.high)
+    if d.distribution == "loguniform":
+        return tune.loguniform(d.low, d.high)
+    return tune.randint(int(d.low), int(d.high) + 1)     # Tune's upper bound is exclusive; ours is inclusive
 
 
 class TPEStream:

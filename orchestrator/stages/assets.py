@@ -11,7 +11,8 @@ from rich.console import Console
 
 from orchestrator.config.assets import asset_paths, dataset_assets
 from orchestrator.planning.plan import Plan
-from orchestrator.planning.resources import Cluster, producer_share
+from orchestrator.planning.resources import producer_share
+from orchestrator.stages.cluster import current_cluster
 from workloads.atomic import atomic_write_text
 from workloads.datasets import create_dataset
 from workloads.perturbations.video import get as perturbation_info
@@ -32,7 +33,7 @@ def prepare_video_assets(plan, dataset: str, perturbation: str, embedder_path: s
     ds = plan.datasets[dataset]
 
     # runs while Ray Tune waits on the gate for these assets: at most what one trial slot leaves (producer_share)
-    cpus, gpus = producer_share(plan.grid.runtime, Cluster.current())
+    cpus, gpus = producer_share(plan.grid.runtime, current_cluster())
     task = ray.remote(num_cpus=cpus, num_gpus=gpus)(_prepare_task)
     paths = asset_paths(plan.grid, dataset)
     result = ray.get(task.remote(perturbation, dataset, ds.root, ds.options, {k: paths.get(k) for k in needs.keys},

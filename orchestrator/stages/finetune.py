@@ -12,7 +12,8 @@ from rich.console import Console
 from orchestrator.planning.environment import checkpoint_paths, models_to_make
 from orchestrator.planning.cost_model import train_pairs
 from orchestrator.planning.plan import ModelPlan, Plan
-from orchestrator.planning.resources import Cluster, producer_share
+from orchestrator.planning.resources import producer_share
+from orchestrator.stages.cluster import current_cluster
 from workloads.datasets import create_dataset
 from workloads.finetune_memory import finetune_bytes
 
@@ -28,7 +29,7 @@ def launch_models(plan: Plan, console: Console, cpus: int | None = None, first_c
 
     models = checkpoint_paths(plan)
     refs: dict[str, Any] = {}
-    most_cpus, gpus = producer_share(plan.grid.runtime, Cluster.current())
+    most_cpus, gpus = producer_share(plan.grid.runtime, current_cluster())
     # at most what one node holds beside one trial slot (producer_share): an X-Pool fine-tune starts when its
     # clip4clip is done, possibly while Ray Tune holds a trial actor
     cpus = 1 if gpus else max(1, min(cpus or int(ray.available_resources().get("CPU", 1)), most_cpus))
