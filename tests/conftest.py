@@ -38,27 +38,30 @@ torch.set_num_threads(1)
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# Test files that share a session fixture run in one pytest-xdist worker. Each worker builds its own session
-# fixtures, and `--dist loadfile` (the README's test command) hands files out one by one: tiny_results (a whole
-# submission) was made twice when the report and browser tests landed on different workers.
-# tests/test_readme.py checks that every file using tiny_results is listed here.
+# Tiers (docs/testing.md): every test is in exactly one. A file or test names its tier with a marker; an unmarked
+# test is `unit`, and a test marked only `slow` (the old marker, still accepted) is `integration`. Every tier but
+# `unit` also carries `slow`, so `-m "not slow"` and `-m unit` select the same tests.
+TIERS = ("unit", "integration", "e2e", "faults", "cluster", "browser")
+
+# Files that share a session fixture run in one pytest-xdist worker: each worker builds its own session fixtures, and
+# tiny_results (a whole submission) was made twice when the report and browser tests landed on different workers.
+# The README's test command distributes by `xdist_group` (`--dist loadgroup`); every test's group is its file, or
+# the file it maps to here. tests/test_readme.py checks that every file using tiny_results is listed here.
 SAME_WORKER = {"tests/test_report_browser.py": "tests/test_report.py"}
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    if config.getoption("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class SharedFixtureFileScheduling(LoadFileScheduling):
-        """--dist loadfile, with the files of SAME_WORKER in the scope (the work unit) of the file they map to."""
-
-        def _split_scope(self, nodeid: str) -> str:
-            scope = super()._split_scope(nodeid)
-            return SAME_WORKER.get(scope, scope)
-
-    return SharedFixtureFileScheduling(config, log)
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist reads the groups (--dist loadgroup)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        tiers = [t for t in TIERS if item.get_closest_marker(t) is not None]
+        if len(tiers) > 1:
+            raise pytest.UsageError(f"{item.nodeid}: in tiers {tiers}; a test is in one tier (docs/testing.md)")
+        if not tiers:
+            item.add_marker("integration" if item.get_closest_marker("slow") else "unit")
+        elif tiers[0] != "unit" and item.get_closest_marker("slow") is None:
+            item.add_marker("slow")
+        path = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(path, path)))
 
 
 MICRO_GRID = """

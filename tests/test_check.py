@@ -95,7 +95,7 @@ def test_every_in_domain_case_is_compared_with_what_is_published():
     assert with_rows == 12 and len(paper.IN_DOMAIN_CASES) == 20
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_check_on_the_embedded_default_feeds_the_ledger_and_the_trials_gallery_cache(tmp_path, shared_cache, capsys):
     # ~60 s here: Ray twice (the first check, submit), micro checkpoints and clips from the session cache when
     # built already
@@ -177,7 +177,7 @@ runtime: {{cpus_per_trial: 1, batch_size: 64, hub_k: 1}}   # hub_k <= the 2-vide
 """
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_check_and_the_submit_gate_on_real_layouts(mlvp_env, capsys):
     # ~90 s here: 1,000 + 2 stand-in clips rendered once, Ray three times (check, refused submit, forced submit: the
     # clean source cells come from the check's ledger entries, Tent's run; the second check reads the ledger)

@@ -14,9 +14,6 @@ from orchestrator.planning.plan import build_plan
 from workloads.trial import render_key
 from workloads.render_cache import RenderCache
 
-pytestmark = pytest.mark.slow
-
-
 def cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, "COLUMNS": "200"}, timeout=600)
@@ -46,6 +43,7 @@ def test_bad_grid_exits_2_with_one_line(tmp_path):
     assert "methods[0]: unknown method or variant 'tnet'" in out.stderr and "tent" in out.stderr
 
 
+@pytest.mark.e2e
 def test_failed_trial_shows_in_status_and_resume_reruns_it(tmp_path, shared_cache):
     grid_file = write_micro_grid(tmp_path / "cli.yaml", name="cli", backbones="[clip4clip]", methods="[source]",
                                  perturbations="[impulse_noise]", severities="[2]")

@@ -22,7 +22,7 @@ import pytest
 from test_faults import cli_env, common, grid, plan_of, reap, run_cli, start_cli, wait_for
 from orchestrator.record.ledger import TrialLedger
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))

@@ -8,7 +8,7 @@ from orchestrator.run.options import SubmitOptions
 from orchestrator.run.submit import submit
 from workloads.methods import NAMES
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def test_every_method_runs_in_both_directions_with_hubness_and_variants(tmp_path, shared_cache):

@@ -16,7 +16,7 @@ from orchestrator.run.options import SubmitOptions
 from orchestrator.run.submit import submit
 from workloads.render_cache import RenderCache
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def test_submit_runs_every_cell_logs_mlflow_writes_tables_and_resubmit_reuses(tmp_path, shared_cache, monkeypatch):

@@ -26,7 +26,7 @@ from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
 from orchestrator.record.mlflow_store import default_tracking_uri
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.faults
 
 FAULT_VARS = {v: None for v in fault_injection.VARIABLES}
 

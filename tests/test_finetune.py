@@ -10,7 +10,7 @@ from workloads.backbones.finetune import (FinetuneConfig, decode_split, ensure_f
                                          resolve_precision, cpu_has_native_bf16)
 from workloads.datasets import create_dataset
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 def test_finetune_learns_far_above_chance_and_caches_by_content(tmp_path):

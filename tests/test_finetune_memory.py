@@ -11,7 +11,7 @@ from workloads.backbones.finetune_config import FinetuneConfig
 from workloads.datasets import create_dataset
 from workloads.finetune_memory import BASE_BYTES, finetune_bytes, measure, model_dims
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 SMALL = {"n_train": 64, "n_test": 16, "size": 32}
 

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import write_micro_grid
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 EXTRA = """
 seeds: [0, 1]

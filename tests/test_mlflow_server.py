@@ -7,7 +7,7 @@ from conftest import free_port, start_mlflow_server, stop_mlflow_server, write_m
 from orchestrator.run.options import SubmitOptions
 from orchestrator.run.submit import submit
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture

@@ -87,7 +87,7 @@ runtime: {{cpus_per_trial: 1, render_actors: 1, num_frames: 32}}
 """
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_trials_of_early_render_sets_run_while_the_last_set_is_rendered(tmp_path, shared_cache):
     # ~3-5 min on a loaded 2-core machine: 64 px clips of 32 frames, so that H.264 (5 encode passes a clip) renders
     # long enough to outlast Ray Tune's start-up; the cheap noise sets come first (grid order), their trials beside it

@@ -34,7 +34,7 @@ def test_unknown_options_are_named_with_the_known_ones(tmp_path):
         orchestrator.submit("quickstart", result_dir=str(tmp_path))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_submit_joins_the_callers_ray_and_leaves_it_running(tmp_path, shared_cache):
     grid = write_micro_grid(tmp_path / "api.yaml", name="api", backbones="[clip4clip]", methods="[source, tent]",
                             perturbations="[gaussian_noise]", severities="[5]")

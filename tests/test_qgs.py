@@ -155,7 +155,7 @@ def test_every_scenario_plans_from_its_own_section(tmp_path, shared_cache):
         assert {f"{s.prefix}_tables.md" for s in g.scenarios.values()} <= files
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_cross_dataset_and_zero_shot_end_to_end_through_tune_mlflow_and_parquet(tmp_path, shared_cache):
     from orchestrator.run.options import SubmitOptions
     from orchestrator.run.submit import submit

@@ -54,7 +54,7 @@ def test_readme_maps_every_layer():
 
 
 def test_files_sharing_the_submission_fixture_run_in_one_worker():
-    # the test command's `--dist loadfile` gives each worker its own session fixtures: every file that uses
+    # each xdist worker builds its own session fixtures: every file that uses
     # tiny_results (a whole submission) must map to one scheduling scope (tests/conftest.py SAME_WORKER)
     from conftest import SAME_WORKER
 

@@ -13,7 +13,7 @@ import pytest
 from workloads.perturbations.video import NAMES
 from workloads.render_memory import measure, render_bytes, worker_bytes
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 LIMIT = 2 << 30
 SECONDS, WIDTH, HEIGHT, FPS = 60, 1280, 720, 30

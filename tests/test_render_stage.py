@@ -17,7 +17,7 @@ from orchestrator.run.submit import submit
 from workloads.perturbations.video import NAMES
 from workloads.render_cache import RenderCache
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 ALL = "[" + ", ".join(NAMES) + "]"
 

@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 from orchestrator.cli.main import main
 from orchestrator.record.ledger import TrialLedger
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def _png(path):

@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import free_port, start_mlflow_server, stop_mlflow_server
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs Debian's "

@@ -19,7 +19,7 @@ from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
 from orchestrator.record.mlflow_store import run_name
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser
 
 
 def _get(url: str, token: str | None):

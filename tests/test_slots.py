@@ -9,7 +9,7 @@ from orchestrator.config.schema import RuntimeSpec
 from orchestrator.planning.resources import Cluster, render_actors, trial_slots
 from orchestrator.stages.cluster import current_cluster
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture

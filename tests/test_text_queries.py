@@ -155,7 +155,7 @@ def test_every_registered_text_type_has_a_level_for_the_table_order():
     assert set(order.levels["t2v"].values()) == {"character", "word", "sentence"}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_perturbed_t2v_end_to_end_through_ray_tune_mlflow_and_parquet(tmp_path, shared_cache):
     from orchestrator.run.options import SubmitOptions
     from orchestrator.run.submit import submit

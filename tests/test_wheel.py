@@ -21,7 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 def _run(cmd, cwd, env, timeout=600):
