@@ -36,7 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from orchestrator.config.grid import load_grid
 from orchestrator.config.schema import GridSpec
 from orchestrator.planning.environment import checkpoint_paths, trial_environment
-from orchestrator.planning.needs import set_need, trial_needs
+from orchestrator.planning.needs import trial_needs
 from orchestrator.planning.paths import Paths, check_writable
 from orchestrator.planning.plan import Plan, build_plan, check_hub_k, missing_videos, plan_for_sizing
 from orchestrator.planning.search import tpe_streams
@@ -196,7 +196,7 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
         plan.trials.extend(t for t in tpe.specs() if t.key not in known)
     summary = report.render = pipeline.stream.summary
     report.timeline = {"start": pipeline.t0, "trials_from": gate.first_ready or 0.0,
-                       **{set_need(*rs): t for rs, t in pipeline.stream.ready_at.items()}}
+                       **{rs.need: t for rs, t in pipeline.stream.ready_at.items()}}
     pipeline.print_render(console)
     recorder.counts["ok"] += pipeline.checked   # the clean source cells `check` ran (logged to MLflow by sync_store)
     if pipeline.checked and recorder.tracking:
