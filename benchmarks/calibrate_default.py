@@ -94,6 +94,7 @@ def main(argv=None) -> int:
     from orchestrator.stages.assets import _prepare_task
     from orchestrator.config.assets import dataset_assets
     from orchestrator.config.grid import load_grid
+    from orchestrator.planning.keys import CheckpointKey
     from orchestrator.planning.paths import Paths
     from orchestrator.planning.plan import build_plan
     from orchestrator.planning.render_sets import render_keys
@@ -130,7 +131,7 @@ def main(argv=None) -> int:
     print(f"dataset {name}: {dsp.version} ({len(test)} test, {len(train)} train pairs) in {times['generate']:.1f}s",
           flush=True)
 
-    m = plan.models[("clip4clip", name)]
+    m = plan.models[CheckpointKey("clip4clip", name)]
     t0 = time.time()
     if args.reuse_checkpoint:
         ckpt = args.reuse_checkpoint
@@ -155,7 +156,7 @@ def main(argv=None) -> int:
         else:
             from orchestrator.config.assets import asset_paths
 
-            backbone, _, kind = plan.embedders[name]
+            _, _, kind = plan.embedders[name]
             ap_ = asset_paths(plan.grid, name)
             chosen = _prepare_task(pert, name, dsp.root, dsp.options, {k: ap_.get(k) for k in needs.keys},
                                    (plan.grid.models.clip_model, str(ckpt), kind), plan.grid.runtime.num_frames, "cpu")

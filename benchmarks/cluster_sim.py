@@ -148,8 +148,8 @@ def sim_rows(costs, videos_per_row: int):
     the CPU seconds of its renderings under `costs` (orchestrator/planning/cost_model.py PlanCosts)."""
     def plan_rows(sets, _video_assets):
         groups: dict = {}
-        for d, p, s in sets:
-            groups.setdefault((d, p), []).append(s)
+        for rs in sets:
+            groups.setdefault((rs.dataset, rs.perturbation), []).append(rs.severity)
         rows = []
         for (d, p), severities in groups.items():
             n = costs.counts[d]
@@ -157,7 +157,7 @@ def sim_rows(costs, videos_per_row: int):
                 k = min(videos_per_row, n - start)
                 rows.append({"dataset": d, "perturbation": p, "severities": json.dumps(severities), "clips": k,
                              "cost": k * len(severities) * costs.rendering_seconds(d, p)})
-        return rows, {rs: costs.counts[rs[0]] for rs in sets}, 0
+        return rows, {rs: costs.counts[rs.dataset] for rs in sets}, 0
     return plan_rows
 
 
@@ -177,7 +177,7 @@ def set_order(plan, costs, order: str, render_cpus: int, slots: int):
     from orchestrator.planning.render_sets import cost_ordered_sets, ordered_sets, trial_render_sets
 
     sets = ordered_sets(plan, plan.trials)
-    sets = [rs for rs in sets if rs[1] == "clean"] + [rs for rs in sets if rs[1] != "clean"]
+    sets = [rs for rs in sets if rs.perturbation == "clean"] + [rs for rs in sets if rs.perturbation != "clean"]
     if order == "johnson":
         sets = cost_ordered_sets(plan, sets, plan.trials, render_cpus, slots, costs)
     index = {rs: i for i, rs in enumerate(sets)}
@@ -215,7 +215,7 @@ def run_design(plan, costs, scale: float, render_actors: int, overlap: bool, exe
     if not overlap:   # today's design: every set rendered, then every trial
         stream.join()
         for rs in sets:
-            gate.ready(f"render:{rs[0]}/{rs[1]}/{rs[2]}")
+            gate.ready(rs.need)
     t_render = None
     done_at: list[float] = []
     waves = None

@@ -42,11 +42,12 @@ def measure(name: str, root: Path, steps: int, workers: int) -> dict:
     ds = create_dataset(name, root=str(root / "datasets"), workers=workers)
     test, train = ds.test_split(), ds.train_split()
     out["generate"] = time.time() - t0
+    from orchestrator.planning.keys import CheckpointKey
     from orchestrator.planning.paths import Paths
     from orchestrator.planning.plan import build_plan
 
     plan = build_plan(grid, Paths.make(root / "results", root / "cache"))
-    cfg = plan.models[("clip4clip", "synthetic")].finetune
+    cfg = plan.models[CheckpointKey("clip4clip", "synthetic")].finetune
     if steps:
         from dataclasses import replace
 

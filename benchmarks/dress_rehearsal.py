@@ -221,6 +221,7 @@ def measured_render_rows(batch, log_dir: str, **kwargs):
 
 
 def render_part(plan, actors: int, work: Path, progress) -> dict:
+    from orchestrator.planning.keys import RenderSet
     from orchestrator.stages.render import RenderStream, render_task_memory
 
     log_dir = work / "render_log"
@@ -229,7 +230,7 @@ def render_part(plan, actors: int, work: Path, progress) -> dict:
     kwargs = {"cache_root": str(plan.paths.render), "seed": plan.grid.seed,
               "num_frames": plan.grid.runtime.num_frames, "resolution": plan.resolution, "assets": {},
               "log_dir": str(log_dir)}
-    sets = [(d, p, s) for d, needs in plan.renders.items() for p, s in needs]
+    sets = [RenderSet(d, p, s) for d, needs in plan.renders.items() for p, s in needs]
     stream = RenderStream(plan, lambda need: None, actors=actors, progress=progress,
                           render_fn=measured_render_rows, render_kwargs=kwargs)
     load = os.getloadavg()[0]
@@ -240,7 +241,7 @@ def render_part(plan, actors: int, work: Path, progress) -> dict:
     wall = time.perf_counter() - t0
     records = [json.loads(line) for p in sorted(log_dir.glob("*.jsonl")) for line in p.read_text().splitlines()]
     return {"summary": summary, "wall_s": wall, "records": records, "sets": sets, "load": (load, os.getloadavg()[0]),
-            "declared": render_task_memory(plan, [d for d, _, _ in sets])}
+            "declared": render_task_memory(plan, [rs.dataset for rs in sets])}
 
 
 def alone_part(stand_ins: list[dict], types: list[str], severities: list[int], progress) -> dict:
@@ -279,9 +280,11 @@ def trial_part(plan, specs: list, args, root: Path, queries: int, progress) -> l
     import dataclasses
 
     from orchestrator.planning.environment import trial_environment
+    from orchestrator.planning.keys import CheckpointKey
     from workloads.trial import run
 
-    checkpoints = {f"clip4clip|{d}": {"path": None, "clip_only": False} for d in plan.datasets}  # random init
+    checkpoints = {CheckpointKey("clip4clip", d).name: {"path": None, "clip_only": False}   # random init
+                   for d in plan.datasets}
     env = trial_environment(plan, checkpoints)
     options = {}
     if queries < len(plan.datasets["msrvtt"].test.pairs):   # the first `queries` rows of the same test file
@@ -328,7 +331,7 @@ def render_tables(plan, costs, r: dict, actors: int) -> list[str]:
         t["failed"] += rec["failed"]
         t["wall"] += rec["wall_s"]
         t["cpu"] += rec["cpu_s"]
-    order = list(dict.fromkeys(p for _, p, _ in r["sets"]))
+    order = list(dict.fromkeys(rs.perturbation for rs in r["sets"]))
     predicted_cpu = 0.0   # the plan's CPU seconds of every clip rendered, each priced by its type
     for p in order:
         t = by_type.get(p)

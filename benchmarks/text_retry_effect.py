@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from orchestrator.config.grid import load_grid
+from orchestrator.planning.keys import CheckpointKey
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
 from orchestrator.planning.render_sets import render_keys
@@ -50,7 +51,7 @@ def main() -> None:
 
     plan = build_plan(load_grid(ROOT / "orchestrator" / "grids" / "text_t2v.yaml"), Paths.make(args.results_dir))
     test = plan.datasets["synthetic"].test
-    ckpt = {b: str(plan.model_path(b, "synthetic")) for b in ("clip4clip", "xpool")}
+    ckpt = {b: str(plan.model_path(CheckpointKey(b, "synthetic"))) for b in ("clip4clip", "xpool")}
     for b, p in ckpt.items():
         if not Path(p).is_file():
             sys.exit(f"no {b} checkpoint at {p}: run the quickstart first (python -m orchestrator submit "
@@ -71,7 +72,7 @@ def main() -> None:
     captions = [p.caption for p in test.pairs]
     ids = [p.video_id for p in test.pairs]
     qgs = build_plan(load_grid(ROOT / "orchestrator" / "grids" / "qgs_quickstart.yaml"), Paths.make(args.results_dir))
-    independent = qgs.model_path("clip4clip", "pretrained")
+    independent = qgs.model_path(CheckpointKey("clip4clip", "pretrained"))
     if not independent.is_file():
         sys.exit(f"no zero-shot CLIP at {independent}: run orchestrator/grids/qgs_quickstart.yaml first")
     encoders = {"no retry": None,

@@ -12,6 +12,7 @@ import pytest
 from conftest import private_cache
 from orchestrator.config.errors import GridError
 from orchestrator.config.grid import load_grid, parse_grid
+from orchestrator.planning.keys import CheckpointKey
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
 from workloads.spec import TrialSpec
@@ -97,11 +98,12 @@ def plan(tmp_path_factory, shared_cache):
 def test_each_configuration_has_its_own_checkpoint_galleries_and_trials(plan):
     """The options reach the fine-tune (its key and file), the gallery encodings and the trial keys; the labels name
     the checkpoints, the checks and the trials."""
-    tcd, blind, tess = (plan.models[(b, "synthetic_text")] for b in ("tcd", "tcd_no_ocr", "tcd_tess"))
+    tcd, blind, tess = (plan.models[CheckpointKey(b, "synthetic_text")] for b in ("tcd", "tcd_no_ocr", "tcd_tess"))
     assert (tcd.finetune.pooling_kwargs, blind.finetune.pooling_kwargs, tess.finetune.pooling_kwargs) == (
         {}, {"ocr": False}, {"engine": "tesseract"})
     assert len({tcd.version, blind.version, tess.version}) == 3
-    assert len({str(plan.model_path(b, "synthetic_text")) for b in ("tcd", "tcd_no_ocr", "tcd_tess")}) == 3
+    assert len({str(plan.model_path(CheckpointKey(b, "synthetic_text"))) for b in ("tcd", "tcd_no_ocr", "tcd_tess")}) \
+        == 3
     assert blind.backbone == "tcd" and blind.name == "tcd_no_ocr"
     # (v2t clean and noisy, t2v clean) x backbones x methods
     assert len({t.key for t in plan.trials}) == len(plan.trials) == 3 * 4 * 2
@@ -128,7 +130,8 @@ def test_options_at_their_default_are_the_backbone_as_registered():
                                          backbone_options={"tcd": {"ocr": True, "engine": "rapidocr", "tau": 5}}),
                                     "g.yaml"), paths)
     assert [t.key for t in plain.trials] == [t.key for t in spelled.trials]
-    assert plain.models[("tcd", "synthetic_text")].version == spelled.models[("tcd", "synthetic_text")].version
+    key = CheckpointKey("tcd", "synthetic_text")
+    assert plain.models[key].version == spelled.models[key].version
 
 
 def test_a_spec_without_backbone_options_keeps_its_key():
@@ -241,7 +244,7 @@ def test_the_render_stage_writes_each_configured_engines_entries_once(plan, fake
     rows, todo, reused = plan_set_rows(plan, cache, sets)
     assert reused == 0 and all(json.loads(r["requests"])[0][4:] == [["rapidocr", "tesseract"], True] for r in rows)
     _render_all(plan, rows)
-    keys = [k for rs in sets for k in render_keys_of_set(plan, *rs)]
+    keys = [k for rs in sets for k in render_keys_of_set(plan, rs)]
     for engine in fake_engines.values():
         assert engine.frames and set(engine.frames) == {(4, 96, 96, 3)}   # native 96 px, not the 32 px model input
         for key in keys:

@@ -28,6 +28,7 @@ from orchestrator.planning.cost_model import (
     sample_paths,
 )
 from orchestrator.planning.describe import sizing_lines
+from orchestrator.planning.keys import RenderSet
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import missing_videos, plan_for_sizing
 from orchestrator.planning.work import remaining_work
@@ -217,8 +218,8 @@ def test_plan_estimate_equals_what_the_simulated_cluster_sleeps(full):
     assert render_s == pytest.approx(by_hand)
     # H.264's sets cost more than a noise set of the same dataset (one price for all types was 17-25x off for it)
     for d in sim.TEST_SIZES:
-        assert costs.render_set_seconds((d, "h264_compression", 3)) > 5 * costs.render_set_seconds(
-            (d, "gaussian_noise", 3))
+        assert costs.render_set_seconds(RenderSet(d, "h264_compression", 3)) > 5 * costs.render_set_seconds(
+            RenderSet(d, "gaussian_noise", 3))
     assert trial_s == pytest.approx(sum(-(-sim.TEST_SIZES[t.dataset] // rt.batch_size) * cost.trial_s_per_batch
                                         for t in plan.trials))
     # the X-Pool recipe (full_mlvp's): 5 epochs over each train split's pairs, batches of 32 x 12 frames
@@ -244,8 +245,8 @@ def test_estimate_counts_only_what_remains(full, tmp_path):
     # no trial left reads MSVD's clips: its render sets and gallery encodings are no longer counted
     msvd_sets = len(plan.renders["msvd"])
     assert after.render_sets == before.render_sets - msvd_sets
-    assert after.render_cpu_s == pytest.approx(before.render_cpu_s - sum(costs.render_set_seconds(("msvd", p, s))
-                                                                         for p, s in plan.renders["msvd"]))
+    assert after.render_cpu_s == pytest.approx(before.render_cpu_s - sum(
+        costs.render_set_seconds(RenderSet("msvd", p, s)) for p, s in plan.renders["msvd"]))
     assert 0 < after.gallery_gpu_s < before.gallery_gpu_s
     assert after.finetune_gpu_s == before.finetune_gpu_s          # no checkpoint made yet
     lines = sizing_lines(plan, todo=todo)
@@ -278,13 +279,12 @@ def test_plan_and_the_simulated_cluster_agree_on_a_small_grid(tmp_path, monkeypa
     assert est.render_cpu_s > 0 and est.trial_gpu_s > 0
     # the sets differ by type, each its type's price: H.264's above the noise's and clean's (a decode)
     n, pf = costs.counts["synthetic"], costs.clips["synthetic"].pixel_frames
-    priced = {rs: costs.render_set_seconds(rs) for p in ("gaussian_noise", "h264_compression") for rs in
-              [("synthetic", p, 1), ("synthetic", p, 5)]} | {("synthetic", CLEAN, 0): costs.render_set_seconds(
-                  ("synthetic", CLEAN, 0))}
-    for (_, p, _), seconds in priced.items():
-        assert seconds == pytest.approx(n * CostModel().rendering_seconds(pf, p))
-    assert priced[("synthetic", "h264_compression", 5)] > 2 * max(priced[("synthetic", "gaussian_noise", 5)],
-                                                                 priced[("synthetic", CLEAN, 0)])
+    priced = {rs: costs.render_set_seconds(rs) for rs in [RenderSet("synthetic", CLEAN, 0)] + [
+        RenderSet("synthetic", p, s) for p in ("gaussian_noise", "h264_compression") for s in (1, 5)]}
+    for rs, seconds in priced.items():
+        assert seconds == pytest.approx(n * CostModel().rendering_seconds(pf, rs.perturbation))
+    assert priced[RenderSet("synthetic", "h264_compression", 5)] > 2 * max(
+        priced[RenderSet("synthetic", "gaussian_noise", 5)], priced[RenderSet("synthetic", CLEAN, 0)])
     assert est.render_cpu_s == pytest.approx(sum(priced.values()))
     assert abs(est.render_cpu_s - render_s) <= 0.5 and abs(est.trial_gpu_s - trial_s) <= 0.5   # printed to 1 s
     line = next(line for line in sizing_lines(plan, todo=plan.trials) if "GPU-hours" in line)

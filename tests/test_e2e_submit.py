@@ -8,6 +8,7 @@ from mlflow.tracking import MlflowClient
 from conftest import write_micro_grid
 from orchestrator.config.grid import load_grid
 from orchestrator.record.ledger import TrialLedger
+from orchestrator.planning.keys import CheckpointKey
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
 from orchestrator.planning.render_sets import plan_render_rows
@@ -116,11 +117,11 @@ def test_a_finetune_every_trial_waits_for_trains_on_the_whole_node_after_the_ren
                                                   dashboard=False))
     assert report.ok == 4 and report.failed == 0
     plan = build_plan(load_grid(grid_file), Paths.make(results, cache))
-    threads = {key[0]: json.loads(load_checkpoint(str(plan.model_path(*key)))["record"])["threads"]
+    threads = {key.backbone: json.loads(load_checkpoint(str(plan.model_path(key)))["record"])["threads"]
                for key in plan.models}
     assert threads == {"clip4clip": 2, "xpool": 1}
     # every render set was ready before the clip4clip checkpoint existed
-    made = plan.model_path("clip4clip", "synthetic").stat().st_mtime
+    made = plan.model_path(CheckpointKey("clip4clip", "synthetic")).stat().st_mtime
     sets = {k: t for k, t in report.timeline.items() if k.startswith("render:")}
     assert len(sets) == 2 and all(t < made for t in sets.values()), (sets, made)
 

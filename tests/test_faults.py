@@ -22,6 +22,7 @@ from conftest import free_port, start_mlflow_server, stop_mlflow_server, write_m
 import fault_injection
 from orchestrator.config.grid import load_grid
 from orchestrator.record.ledger import TrialLedger
+from orchestrator.planning.keys import CheckpointKey
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
 from orchestrator.record.mlflow_store import default_tracking_uri
@@ -359,7 +360,7 @@ def test_truncated_and_empty_videos_fail_their_clips_and_resume_incomplete_rerun
     prep = plan_of(grid(tmp_path, "prep", methods="[source]"), tmp_path / "prep", prepared)
     root = tmp_path / "MSRVTT"
     shutil.copytree(prep.datasets["synthetic"].dataset.location, root)
-    checkpoint = prep.model_path("clip4clip", "synthetic")
+    checkpoint = prep.model_path(CheckpointKey("clip4clip", "synthetic"))
     assert checkpoint.is_file()
     g = tmp_path / "badvid.yaml"
     g.write_text(f"""

@@ -13,6 +13,7 @@ import pytest
 from conftest import N_TEST
 from orchestrator.config.errors import GridError
 from orchestrator.config.grid import load_grid
+from orchestrator.planning.keys import CheckpointKey
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
 
@@ -64,9 +65,9 @@ def test_full_grid_is_the_papers_matrix(mlvp_env):
     # each dataset's query clips are rendered once per (perturbation, severity) and shared by its 20 trials; the
     # QGS cells need only the clean clips, which query shift renders already
     assert plan.render_count() == sum(N_TEST.values()) * (12 * 5 + 1)
-    fine_tuned = [m for (b, src), m in plan.models.items() if src != "pretrained"]
+    fine_tuned = [m for key, m in plan.models.items() if key.source != "pretrained"]
     assert len(fine_tuned) == 10 and all(m.finetune is not None for m in fine_tuned)
-    assert plan.models[("xpool", "pretrained")].given_path == grid.models.pretrained
+    assert plan.models[CheckpointKey("xpool", "pretrained")].given_path == grid.models.pretrained
 
 
 def test_full_grid_cli_plan_and_a_clear_error_without_the_environment(mlvp_env):

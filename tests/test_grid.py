@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from orchestrator.config.errors import GridError
-from orchestrator.config.grid import load_grid, parse_grid
+from orchestrator.config.grid import PathCheck, load_grid, parse_grid
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
 
@@ -200,6 +200,26 @@ def test_every_shipped_grid_is_valid(mlvp_env):
     assert len(paths) >= 5
     for path in paths:
         load_grid(path)
+
+
+def test_missing_paths_are_recorded_only_by_the_load_that_asks(tmp_path, monkeypatch):
+    """Sizing (`load_grid(..., missing=[...])`) records each path that is not on disk, once per key, in its own list;
+    every other load raises on the same grid, before, after and in between (no state outlives a load)."""
+    monkeypatch.delenv("MLVP_NOWHERE", raising=False)
+    data = grid_with(datasets__synthetic__root=str(tmp_path / "absent"),
+                     assets__wordnet="${MLVP_NOWHERE}/wordnet", models__pretrained=str(tmp_path / "clip.pt"))
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(GridError, match="assets.wordnet: environment variable MLVP_NOWHERE is not set"):
+        load_grid(path)
+    first, second = [], []
+    load_grid(path, missing=first)
+    assert [m.key for m in first] == ["assets.wordnet", "models.pretrained", "datasets.synthetic.root"]
+    assert "MLVP_NOWHERE is not set" in first[0].fix
+    with pytest.raises(GridError, match="environment variable MLVP_NOWHERE is not set"):
+        parse_grid(copy.deepcopy(data), "g.yaml")
+    parse_grid(copy.deepcopy(data), "g.yaml", PathCheck(second))
+    assert second == first and len(first) == 3
 
 
 def test_method_variants_become_their_own_rows_with_their_options():

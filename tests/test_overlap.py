@@ -2,6 +2,7 @@
 Data and Ray Tune, the trials of the first render sets finish while later sets are still being rendered."""
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import private_cache, write_micro_grid
@@ -10,8 +11,8 @@ from orchestrator.record.ledger import TrialLedger
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
 from orchestrator.planning.cost_model import CostModel, PlanCosts, uniform_render_lines
+from orchestrator.planning.keys import RenderSet
 from orchestrator.planning.render_sets import cost_ordered_sets, ordered_sets, trial_render_sets
-from orchestrator.planning.needs import set_need
 from orchestrator.run.gate import ReadyGate
 from workloads.render_cache import RenderCache, RenderKey
 from workloads.spec import CLEAN, TrialSpec
@@ -46,11 +47,13 @@ def test_render_sets_follow_the_trials_that_need_them(tmp_path, shared_cache):
     plan = build_plan(load_grid(grid_file), Paths.make(tmp_path / "r", shared_cache))
     sets = ordered_sets(plan, list(reversed(plan.trials)))
     # the last trial of the plan is the cell at gaussian_noise 1: its set comes first
-    assert sets[0] == ("synthetic", "gaussian_noise", 1)
-    assert sorted(sets) == sorted(("synthetic", p, s) for p, s in plan.renders["synthetic"])
-    assert set_need(*sets[0]) == "render:synthetic/gaussian_noise/1"
+    assert sets[0] == RenderSet("synthetic", "gaussian_noise", 1)
+    assert sorted(sets) == sorted(RenderSet("synthetic", p, s) for p, s in plan.renders["synthetic"])
+    assert sets[0].need == "render:synthetic/gaussian_noise/1"
+    # a severity as the render rows hand it back (a numpy integer) names the same set
+    assert {RenderSet("synthetic", "gaussian_noise", np.int64(1))} == {sets[0]}
     # t2v trials read the clean clips (their gallery), whatever their text perturbation
-    assert trial_render_sets(_spec(direction="t2v", perturbation="ocr", severity=7)) == [("d", CLEAN, 0)]
+    assert trial_render_sets(_spec(direction="t2v", perturbation="ocr", severity=7)) == [RenderSet("d", CLEAN, 0)]
 
 
 def test_cost_order_renders_first_the_sets_whose_trials_keep_the_gpus_busy(tmp_path, shared_cache):
@@ -58,14 +61,15 @@ def test_cost_order_renders_first_the_sets_whose_trials_keep_the_gpus_busy(tmp_p
                                  perturbations="[impulse_noise, gaussian_noise]", severities="[5, 1]")
     plan = build_plan(load_grid(grid_file), Paths.make(tmp_path / "r", shared_cache))
     sets = ordered_sets(plan)
-    assert [rs[1] for rs in sets if rs[1] != CLEAN] == ["impulse_noise"] * 2 + ["gaussian_noise"] * 2   # plan order
+    assert [rs.perturbation for rs in sets if rs.perturbation != CLEAN] == ["impulse_noise"] * 2 \
+        + ["gaussian_noise"] * 2   # plan order
     # only the gaussian cells still to run: the impulse sets feed no trial, so they are rendered last
     trials = [t for t in plan.trials if t.perturbation != "impulse_noise"]
     for render_s in (1.0, 1e-4):   # rendering longer than the sets' trials (2nd rule), then shorter (1st rule)
         cost = CostModel(render_lines=uniform_render_lines(render_s), trial_s_per_batch=1.0)
         out = cost_ordered_sets(plan, sets, trials, render_cpus=1, trial_slots=1, costs=PlanCosts(plan, cost))
         assert sorted(out) == sorted(sets)
-        assert [rs[1] for rs in out] == [CLEAN] + ["gaussian_noise"] * 2 + ["impulse_noise"] * 2, out
+        assert [rs.perturbation for rs in out] == [CLEAN] + ["gaussian_noise"] * 2 + ["impulse_noise"] * 2, out
     # equal costs keep the plan order (Johnson's rule sorts stably): a one-dataset grid renders as before
     assert cost_ordered_sets(plan, sets, plan.trials, render_cpus=1, trial_slots=1) == sets
 
@@ -116,9 +120,9 @@ def test_trials_of_early_render_sets_run_while_the_last_set_is_rendered(tmp_path
                                               plan.grid.runtime.num_frames, plan.resolution, ""))).stat().st_mtime
                    for p in ds.test.pairs)
 
-    order = [rs for rs in ordered_sets(plan) if rs[1] != CLEAN]
-    assert [rs[1] for rs in order[::5]] == ["gaussian_noise", "impulse_noise", "h264_compression"]
-    last_written = max(written(p, s) for _, p, s in order)
+    order = [(rs.perturbation, rs.severity) for rs in ordered_sets(plan) if rs.perturbation != CLEAN]
+    assert [p for p, _ in order[::5]] == ["gaussian_noise", "impulse_noise", "h264_compression"]
+    last_written = max(written(p, s) for p, s in order)
     ledger = TrialLedger(results / "ledger")
     entries = {(t.perturbation, t.severity): ledger.get(t.key) for t in plan.trials if t.perturbation != CLEAN}
     finished = {k: e["recorded_at"] for k, e in entries.items()}
@@ -127,8 +131,8 @@ def test_trials_of_early_render_sets_run_while_the_last_set_is_rendered(tmp_path
     # before the last set's last clip was on disk (Tune's start-up on a loaded 2-core machine is 20-60 s, so that
     # it also *finished* before is likely but not asserted)
     # the set rendered first: submit renders in the cost model's order (render.cost_ordered_sets), not plan order
-    first = min((rs[1:] for rs in order), key=lambda ps: report.timeline["render:synthetic/%s/%d" % ps])
+    first = min(order, key=lambda ps: report.timeline["render:synthetic/%s/%d" % ps])
     assert report.timeline["trials_from"] < report.timeline["render:synthetic/h264_compression/5"]
     assert started[first] < last_written, (started, finished, last_written)
     # the gate: every trial was handed to Tune after its own set was complete (the report's timeline says when)
-    assert all(report.timeline["render:synthetic/%s/%d" % (p, s)] <= started[(p, s)] + 1.0 for _, p, s in order)
+    assert all(report.timeline["render:synthetic/%s/%d" % (p, s)] <= started[(p, s)] + 1.0 for p, s in order)

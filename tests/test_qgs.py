@@ -8,6 +8,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from orchestrator.config.grid import load_grid, parse_grid
+from orchestrator.planning.keys import CheckpointKey
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
 from orchestrator.report.results import write_tables
@@ -51,15 +52,38 @@ def test_plan_cells_models_and_renders(tmp_path, shared_cache):
     assert len(plan.trials) == 6 * 2 * 2 and all(t.perturbation == "clean" for t in plan.trials)
     # cross-dataset uses the source dataset's fine-tuned checkpoint (the one its QS cells would use)
     t = next(t for t in plan.trials if t.scenario == "cross_dataset" and t.source_dataset == "synthetic")
-    assert t.model_version == plan.models[(t.backbone, "synthetic")].version
+    assert t.model_version == plan.models[CheckpointKey.of(t)].version
     # zero-shot: both backbones share one CLIP-only model pretrained on the third domain
-    z = plan.models[("clip4clip", PRETRAINED)]
-    assert plan.models[("xpool", PRETRAINED)] is z and z.clip_only and z.train_dataset == "synthetic_c"
-    assert plan.model_path("xpool", PRETRAINED) == plan.model_path("clip4clip", PRETRAINED)
+    z = plan.models[CheckpointKey("clip4clip", PRETRAINED)]
+    assert plan.models[CheckpointKey("xpool", PRETRAINED)] is z and z.clip_only and z.train_dataset == "synthetic_c"
+    assert plan.model_path(CheckpointKey("xpool", PRETRAINED)) == plan.model_path(
+        CheckpointKey("clip4clip", PRETRAINED))
     # clean clips of both targets; nothing rendered for the pretraining data
     assert plan.renders == {"synthetic_b": [("clean", 0)], "synthetic": [("clean", 0)]}
     # the same cell in QS and in a QGS scenario are different trials
     assert len({t.key for t in plan.trials}) == len(plan.trials)
+
+
+def test_each_trial_finds_its_checkpoint_in_the_environment_the_workers_get(tmp_path, shared_cache):
+    """The checkpoints travel to the workers as JSON keyed by CheckpointKey.name ("backbone|source"), the same strings
+    as the gate's check needs; every trial (its own source, another dataset's, the zero-shot CLIP's) finds there the
+    checkpoint the plan gives it."""
+    import json
+    from dataclasses import asdict
+
+    from orchestrator.planning.environment import TrialEnvironment, checkpoint_paths, trial_environment
+    from orchestrator.planning.needs import trial_needs
+
+    plan = build_plan(load_grid(qgs_grid(tmp_path / "g.yaml")), Paths.make(tmp_path / "r", shared_cache))
+    sent = json.loads(json.dumps(asdict(trial_environment(plan, checkpoint_paths(plan)))))
+    assert set(sent["checkpoints"]) == {f"{b}|{s}" for b in ("clip4clip", "xpool")
+                                        for s in ("synthetic", "synthetic_b", PRETRAINED)}
+    env = TrialEnvironment(**sent)
+    for t in plan.trials:
+        key = CheckpointKey.of(t)
+        assert key == CheckpointKey(t.backbone, t.source_dataset) and plan.models[key].version == t.model_version
+        assert env.checkpoint(t) == {"path": str(plan.model_path(key)), "clip_only": t.source_dataset == PRETRAINED}
+        assert trial_needs(plan, t)[0] == f"check:{t.backbone}|{t.source_dataset}" == key.need
 
 
 def test_identity_initialised_xpool_pools_like_the_mean_of_static_frames():

@@ -156,9 +156,10 @@ def test_shipped_selection_grids_plan(tmp_path, mlvp_env):
 
 def test_the_cost_model_prices_every_seed_of_a_render_set(tmp_path):
     from orchestrator.planning.cost_model import PlanCosts
+    from orchestrator.planning.keys import RenderSet
 
     one, three = plan_of(tmp_path / "one"), plan_of(tmp_path / "three", seeds=[0, 1, 2])
-    rs = ("synthetic", "gaussian_noise", 5)
+    rs = RenderSet("synthetic", "gaussian_noise", 5)
     assert PlanCosts(three).render_set_seconds(rs) == pytest.approx(3 * PlanCosts(one).render_set_seconds(rs))
 
 

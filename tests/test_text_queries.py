@@ -10,6 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator.config.errors import GridError
 from orchestrator.config.grid import load_grid
+from orchestrator.planning.keys import CheckpointKey
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
 from orchestrator.report.rows import table_order
@@ -56,8 +57,8 @@ def test_text_sets_stand_in_encoder_belongs_to_its_model_and_a_given_encoder_is_
     jobs = {(j.key.perturbation, j.stand_in) for j in plan.text_sets}
     # char_swap does not retry on similarity: one set for both backbones; word_swap retries with each backbone's
     # own text encoder as the stand-in, so each backbone has its own set
-    assert jobs == {("char_swap", None), ("word_swap", ("clip4clip", "synthetic")),
-                    ("word_swap", ("xpool", "synthetic"))}
+    assert jobs == {("char_swap", None), ("word_swap", CheckpointKey("clip4clip", "synthetic")),
+                    ("word_swap", CheckpointKey("xpool", "synthetic"))}
     by_key = {}
     for t in plan.trials:
         if t.perturbation != "clean":

@@ -5,6 +5,7 @@ import pytest
 
 from orchestrator.config.errors import GridError
 from orchestrator.config.grid import load_grid
+from orchestrator.planning.keys import CheckpointKey
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
 from orchestrator.config.scenarios.base import PRETRAINED
@@ -21,13 +22,13 @@ def test_hf_clip_folder_as_models_pretrained(mlvp_env, monkeypatch):
     folder = _hf_folder(mlvp_env / "clip-vit-base-patch32")
     monkeypatch.setenv("MLVP_WEIGHTS", str(folder))
     plan = build_plan(load_grid("orchestrator/grids/qgs_zero_shot.yaml"), Paths.make(mlvp_env / "results"))
-    model = plan.models[("clip4clip", PRETRAINED)]
+    model = plan.models[CheckpointKey("clip4clip", PRETRAINED)]
     assert model.given_path == str(folder) and model.version.startswith("file:")
     assert {t.model_version for t in plan.trials} == {model.version}
     # the version follows the weights' content (and the config's), not the folder's name
     _hf_folder(folder, b"weights v2")
     again = build_plan(load_grid("orchestrator/grids/qgs_zero_shot.yaml"), Paths.make(mlvp_env / "results"))
-    assert again.models[("clip4clip", PRETRAINED)].version != model.version
+    assert again.models[CheckpointKey("clip4clip", PRETRAINED)].version != model.version
     # the older layout (pytorch_model.bin) is a folder too
     bin_folder = _hf_folder(mlvp_env / "hf_bin", name="pytorch_model.bin")
     monkeypatch.setenv("MLVP_WEIGHTS", str(bin_folder))
@@ -66,5 +67,5 @@ query_shift: {{datasets: [msrvtt], directions: [t2v], perturbations: [], clean: 
 runtime: {{hub_k: 1}}
 """)
     plan = build_plan(load_grid(grid), Paths.make(tmp_path / "results"))
-    assert plan.models[("clip4clip", "msrvtt")].given_path == str(folder)
-    assert plan.model_path("clip4clip", "msrvtt") == folder
+    assert plan.models[CheckpointKey("clip4clip", "msrvtt")].given_path == str(folder)
+    assert plan.model_path(CheckpointKey("clip4clip", "msrvtt")) == folder

@@ -99,8 +99,10 @@ def _build_grid(data: Any) -> GridSpec:
     return grid
 
 
-def validate(grid: GridSpec) -> GridSpec:
-    """Name and range checks that need the registries or several keys at once."""
+def validate(grid: GridSpec, check: PathCheck | None = None) -> GridSpec:
+    """Name and range checks that need the registries or several keys at once; `check`: how a path that is not on
+    disk is treated (raised unless it records them: `PathCheck`)."""
+    check = check or PathCheck()
     problem = grid_name_problem(grid.name)
     if problem:
         raise GridError(f"name: {grid.name!r}: {problem}")
@@ -147,9 +149,9 @@ def validate(grid: GridSpec) -> GridSpec:
         check_names("models.checkpoints", [backbone], grid.backbones, "backbone of this grid")
         for ds, path in by_ds.items():
             check_names(f"models.checkpoints.{backbone}", [ds], list(grid.datasets), "dataset of this grid")
-            _check_weights(f"models.checkpoints.{backbone}.{ds}", path, "checkpoint")
+            _check_weights(f"models.checkpoints.{backbone}.{ds}", path, "checkpoint", check)
     if grid.models.pretrained is not None:
-        _check_weights("models.pretrained", grid.models.pretrained, "weights")
+        _check_weights("models.pretrained", grid.models.pretrained, "weights", check)
     for name, entry in grid.datasets.items():
         try:  # option names, kinds and ranges, before any file is read
             DATASETS.lookup(name).check_options(entry.options)
@@ -158,28 +160,28 @@ def validate(grid: GridSpec) -> GridSpec:
         root = Path(entry.root).expanduser() if entry.root is not None else None
         if root is not None and root.is_file():
             raise GridError(f"datasets.{name}.root: {entry.root} is a file; give the folder that holds {name}")
-        if root is not None and not root.is_dir() and not _tolerate(
+        if root is not None and not root.is_dir() and not check.tolerate(
                 f"datasets.{name}.root", entry.root, f"directory not found: put {name} there or set "
                 f"datasets.{name}.root"):
             raise GridError(f"datasets.{name}.root: directory not found: {entry.root}")
-        _check_path(f"datasets.{name}.assets.main_objects", entry.assets.main_objects, "file")
-        _check_path(f"datasets.{name}.assets.distractor_pool", entry.assets.distractor_pool, "dir")
+        _check_path(f"datasets.{name}.assets.main_objects", entry.assets.main_objects, "file", check)
+        _check_path(f"datasets.{name}.assets.distractor_pool", entry.assets.distractor_pool, "dir", check)
     a = grid.assets
     for key, kind in (("adain_vgg", "file"), ("adain_decoder", "file"), ("style_images", "any"),
                       ("distractor_pool", "dir"), ("wordnet", "dir"), ("sentence_encoder", "dir"),
                       ("styleformer_models", "dir")):
-        _check_path(f"assets.{key}", getattr(a, key), kind)
+        _check_path(f"assets.{key}", getattr(a, key), kind, check)
     if a.back_translation_models is not None:
         if len(a.back_translation_models) != 2:
             raise GridError("assets.back_translation_models: give two folders, [en->de, de->en], got "
                             f"{a.back_translation_models!r}")
         for i, folder in enumerate(a.back_translation_models):
-            _check_path(f"assets.back_translation_models[{i}]", folder, "dir")
+            _check_path(f"assets.back_translation_models[{i}]", folder, "dir", check)
     for name, entry in grid.datasets.items():
         for pert, path in entry.assets.text_precomputed.items():
             check_names(f"datasets.{name}.assets.text_precomputed", [pert], known_text_perturbations(),
                         "text perturbation")
-            _check_path(f"datasets.{name}.assets.text_precomputed.{pert}", path, "file")
+            _check_path(f"datasets.{name}.assets.text_precomputed.{pert}", path, "file", check)
     if (a.adain_vgg is None) != (a.adain_decoder is None):
         raise GridError("assets: give both adain_vgg and adain_decoder (the AdaIN encoder and decoder) or neither")
     return grid
@@ -235,14 +237,14 @@ def _check_method_options(where: str, method: str, options: dict[str, Any], fait
         raise GridError(f"{where}: {err}") from None
 
 
-def _check_path(where: str, path: str | None, kind: str) -> None:
+def _check_path(where: str, path: str | None, kind: str, check: PathCheck) -> None:
     if path is None:
         return
     p = Path(path).expanduser()
     ok = p.is_file() if kind == "file" else p.is_dir() if kind == "dir" else p.exists()
     if not ok:
         what = {"file": "file", "dir": "directory", "any": "path"}[kind]
-        if _tolerate(where, path, f"{what} not found: put it there or set {where}"):
+        if check.tolerate(where, path, f"{what} not found: put it there or set {where}"):
             return
         raise GridError(f"{where}: {what} not found: {path} (assets are local paths; nothing is downloaded)")
 
@@ -250,23 +252,30 @@ def _check_path(where: str, path: str | None, kind: str) -> None:
 _ENV_VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 
 
-_missing: list[MissingPath] | None = None   # set while load_grid(..., missing=[...]) runs
+@dataclasses.dataclass(frozen=True)
+class PathCheck:
+    """How one grid load treats a path that is not on disk (or an unset variable in one): `missing` None, the
+    caller raises; a list (sizing before the data is there: `load_grid(..., missing=[...])`), it is recorded there,
+    once per key, and the load goes on. Passed to the checks that read paths, so no state outlives a load."""
+
+    missing: list[MissingPath] | None = None
+
+    def tolerate(self, key: str, path: str, fix: str) -> bool:
+        """Record a missing path when the grid is loaded for sizing (True); otherwise False (the caller raises)."""
+        if self.missing is None:
+            return False
+        if not any(m.key == key for m in self.missing):
+            self.missing.append(MissingPath(key, path, fix))
+        return True
 
 
-def _tolerate(key: str, path: str, fix: str) -> bool:
-    """Record a missing path when the grid is loaded for sizing (True); otherwise False (the caller raises)."""
-    if _missing is None:
-        return False
-    if not any(m.key == key for m in _missing):
-        _missing.append(MissingPath(key, path, fix))
-    return True
-
-
-def expand_path(where: str, value: str | None) -> str | None:
+def expand_path(where: str, value: str | None, check: PathCheck | None = None) -> str | None:
     """`${VAR}` and `${VAR:-default}` in a path are replaced from the environment (one grid serves every machine:
-    `root: ${MLVP_DATA}/MSRVTT`); an unset variable without a default is an error naming it."""
+    `root: ${MLVP_DATA}/MSRVTT`); an unset variable without a default is an error naming it (recorded instead where
+    `check` records missing paths)."""
     if value is None:
         return None
+    check = check or PathCheck()
 
     def sub(m: re.Match) -> str:
         env = os.environ.get(m["name"])
@@ -274,7 +283,7 @@ def expand_path(where: str, value: str | None) -> str | None:
             return env
         if m["default"] is not None:
             return m["default"]
-        if _tolerate(where, value, f"{m['name']} is not set: export {m['name']}=/path, or write {where} out"):
+        if check.tolerate(where, value, f"{m['name']} is not set: export {m['name']}=/path, or write {where} out"):
             return m.group(0)
         raise GridError(f"{where}: environment variable {m['name']} is not set (in {value!r}); export it, e.g. "
                         f"export {m['name']}=/path, or write the path out")
@@ -282,32 +291,37 @@ def expand_path(where: str, value: str | None) -> str | None:
     return _ENV_VAR.sub(sub, value)
 
 
-def _expand_paths(grid: GridSpec) -> None:
+def _expand_paths(grid: GridSpec, check: PathCheck) -> None:
     for name, entry in grid.datasets.items():
-        entry.root = expand_path(f"datasets.{name}.root", entry.root)
+        entry.root = expand_path(f"datasets.{name}.root", entry.root, check)
         for key in ("main_objects", "distractor_pool"):
-            setattr(entry.assets, key, expand_path(f"datasets.{name}.assets.{key}", getattr(entry.assets, key)))
+            setattr(entry.assets, key, expand_path(f"datasets.{name}.assets.{key}", getattr(entry.assets, key),
+                                                   check))
         pre = entry.assets.text_precomputed
         for pert in pre:
-            pre[pert] = expand_path(f"datasets.{name}.assets.text_precomputed.{pert}", pre[pert])
-    grid.models.pretrained = expand_path("models.pretrained", grid.models.pretrained)
+            pre[pert] = expand_path(f"datasets.{name}.assets.text_precomputed.{pert}", pre[pert], check)
+    grid.models.pretrained = expand_path("models.pretrained", grid.models.pretrained, check)
     for backbone, by_ds in grid.models.checkpoints.items():
         for ds in by_ds:
-            by_ds[ds] = expand_path(f"models.checkpoints.{backbone}.{ds}", by_ds[ds])
+            by_ds[ds] = expand_path(f"models.checkpoints.{backbone}.{ds}", by_ds[ds], check)
     for f in dataclasses.fields(AssetsSpec):
         value = getattr(grid.assets, f.name)
         if isinstance(value, list):
-            setattr(grid.assets, f.name, [expand_path(f"assets.{f.name}[{i}]", v) for i, v in enumerate(value)])
+            setattr(grid.assets, f.name, [expand_path(f"assets.{f.name}[{i}]", v, check)
+                                          for i, v in enumerate(value)])
         else:
-            setattr(grid.assets, f.name, expand_path(f"assets.{f.name}", value))
+            setattr(grid.assets, f.name, expand_path(f"assets.{f.name}", value, check))
 
 
-def parse_grid(data: Any, source: str = "<grid>") -> GridSpec:
+def parse_grid(data: Any, source: str = "<grid>", check: PathCheck | None = None) -> GridSpec:
+    """A grid from its parsed YAML, validated; `check`: how paths that are not on disk are treated (`PathCheck`:
+    raised by default)."""
+    check = check or PathCheck()
     try:
         grid = _build_grid(data)
         grid.source = source
-        _expand_paths(grid)
-        return validate(grid)
+        _expand_paths(grid, check)
+        return validate(grid, check)
     except GridError as err:
         raise GridError(f"{source}: {err}") from None
 
@@ -326,7 +340,7 @@ class _GridLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _check_weights(key: str, path: str, what: str) -> None:
+def _check_weights(key: str, path: str, what: str, check: PathCheck) -> None:
     """A weights file, or a Hugging Face CLIP folder (config.json + model.safetensors / pytorch_model.bin) or an
     open_clip hub folder (workloads/backbones/convert.py reads them)."""
     p = Path(path).expanduser()
@@ -338,7 +352,7 @@ def _check_weights(key: str, path: str, what: str) -> None:
             _folder_weights(p)
         except WeightsError as err:
             raise GridError(f"{key}: {err}") from None
-    elif not p.is_file() and not _tolerate(key, path, f"{what} file not found: put it there or set {key}"):
+    elif not p.is_file() and not check.tolerate(key, path, f"{what} file not found: put it there or set {key}"):
         raise GridError(f"{key}: {what} file not found: {path} (a file, or a Hugging Face CLIP folder; weights are "
                         "local files, nothing is downloaded)")
     elif p.is_file() and (problem := weights_file_problem(p)):
@@ -349,17 +363,10 @@ def load_grid(path: str | Path, missing: list[MissingPath] | None = None) -> Gri
     """Read and validate a grid. With `missing` (a list), paths that are not on disk and unset variables in them are
     appended to it instead of raised (every other check still raises): `plan` sizes a grid before the data is
     downloaded."""
-    global _missing
-    if missing is None:
-        return _load_grid(path)
-    _missing = missing
-    try:
-        return _load_grid(path)
-    finally:
-        _missing = None
+    return _load_grid(path, PathCheck(missing))
 
 
-def _load_grid(path: str | Path) -> GridSpec:
+def _load_grid(path: str | Path, check: PathCheck) -> GridSpec:
     p = Path(path)
     if p.is_dir():
         raise GridError(f"{path}: is a folder, not a grid file")
@@ -378,6 +385,6 @@ def _load_grid(path: str | Path) -> GridSpec:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise GridError(f"{path}: not valid YAML: {where}{problem}") from None
-    return parse_grid(data, str(path))
+    return parse_grid(data, str(path), check)
 
 

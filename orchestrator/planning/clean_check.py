@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator.config.scenarios.base import PRETRAINED
+from orchestrator.planning.keys import CheckpointKey
 from orchestrator.planning.plan import Plan
 from workloads import paper
 from workloads.spec import CLEAN, DIRECTIONS, TrialSpec
@@ -35,6 +36,10 @@ class CheckCase:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)   # direction -> ledger entry / TrialResult
     reused: dict[str, bool] = field(default_factory=dict)
     registered: str = ""           # the registered backbone of a variant ("" = `backbone`): what papers publish for
+
+    @property
+    def checkpoint(self) -> CheckpointKey:
+        return CheckpointKey(self.backbone, self.source)
 
     @property
     def paper_backbone(self) -> str | None:

@@ -54,6 +54,7 @@ from workloads.perturbations.video import VIDEO_PERTURBATIONS
 from workloads.spec import CLEAN
 
 if TYPE_CHECKING:
+    from orchestrator.planning.keys import RenderSet
     from orchestrator.planning.plan import DatasetPlan, ModelPlan, Plan
     from workloads.spec import TrialSpec
 
@@ -355,15 +356,15 @@ class PlanCosts:
         """CPU seconds of one rendering of `perturbation` (a type, or clean) of one of `dataset`'s clips."""
         return self.cost.rendering_seconds(self.clips[dataset].pixel_frames, perturbation)
 
-    def render_set_seconds(self, render_set: tuple[str, str, int]) -> float | None:
+    def render_set_seconds(self, render_set: RenderSet) -> float | None:
         """CPU seconds of one render set: its dataset's clips at every seed of the grid (`Plan.seeds`) x one rendering
         each, and the OCR of each of its frames per engine the grid's OCR backbones read (`Plan.ocr_engines`)."""
-        n = self.counts.get(render_set[0])
+        n = self.counts.get(render_set.dataset)
         if n is None:
             return None
-        ocr = len(self.plan.ocr_engines.get(render_set[0], ())) * self.plan.grid.runtime.num_frames \
+        ocr = len(self.plan.ocr_engines.get(render_set.dataset, ())) * self.plan.grid.runtime.num_frames \
             * self.cost.ocr_s_per_frame
-        return n * len(self.plan.seeds) * (self.rendering_seconds(render_set[0], render_set[1]) + ocr)
+        return n * len(self.plan.seeds) * (self.rendering_seconds(render_set.dataset, render_set.perturbation) + ocr)
 
     def trial_gpu_seconds(self, spec: TrialSpec) -> float | None:
         n = self.counts.get(spec.dataset)
@@ -443,7 +444,7 @@ def estimate(costs: PlanCosts, work) -> Estimate:   # work: orchestrator/plannin
         out.render_sets += 1
         seconds = costs.render_set_seconds(rs)
         if seconds is not None:
-            out.render_clips += costs.counts[rs[0]] * len(costs.plan.seeds)
+            out.render_clips += costs.counts[rs.dataset] * len(costs.plan.seeds)
             out.render_cpu_s += seconds
     out.text_cpu_s = sum(costs.text_set_seconds(job) for job in work.text_sets)
     out.trial_gpu_s = sum(s for t in work.trials if (s := costs.trial_gpu_seconds(t)) is not None)

@@ -6,30 +6,35 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.planning.keys import CheckpointKey
 from orchestrator.planning.plan import Plan
 from workloads.spec import TrialSpec
 
 
 @dataclass
 class TrialEnvironment:
-    """What a worker needs to find things, keyed by dataset and (backbone, dataset); JSON-able, small."""
+    """What a worker needs to find things, keyed by dataset and checkpoint; JSON-able, small."""
 
     render_cache: str
     gallery_cache: str
     scores_dir: str | None
-    # "backbone|source" -> {"path": file, "clip_only": bool}; backbone as the grid names it (a variant's label)
+    # CheckpointKey.name ("backbone|source") -> {"path": file, "clip_only": bool}: read through `checkpoint`
     checkpoints: dict[str, dict[str, Any]]
     datasets: dict[str, dict[str, Any]]         # dataset -> {"root": ..., "options": {...}}
     use_gpu: bool
     threads: int
     hook: str | None = None                     # "module:function" called before each trial (docs/testing.md)
 
+    def checkpoint(self, spec: TrialSpec) -> dict[str, Any]:
+        """{"path", "clip_only"} of the checkpoint the trial runs with."""
+        return self.checkpoints[CheckpointKey.of(spec).name]
+
     def context_for(self, spec: TrialSpec):
         from workloads.trial import TrialContext   # imports torch (seconds): only where trials run
 
         ds = self.datasets[spec.dataset]
         source = self.datasets.get(spec.source_dataset) if spec.source_dataset not in ("", spec.dataset) else None
-        model = self.checkpoints[f"{spec.backbone_label}|{spec.source_dataset or spec.dataset}"]
+        model = self.checkpoint(spec)
         return TrialContext(render_cache=self.render_cache, gallery_cache=self.gallery_cache,
                             checkpoint=model["path"], clip_only=model["clip_only"], dataset_root=ds["root"],
                             dataset_options=ds["options"], scores_dir=self.scores_dir,
@@ -49,13 +54,12 @@ def trial_environment(plan: Plan, checkpoints: dict[str, dict[str, Any]], hook: 
 
 
 def checkpoint_paths(plan: Plan) -> dict[str, dict[str, Any]]:
-    """"backbone|source" -> {"path", "clip_only"} of every checkpoint the plan uses (made or not yet)."""
-    return {f"{b}|{src}": {"path": str(plan.model_path(b, src)), "clip_only": m.clip_only}
-            for (b, src), m in plan.models.items()}
+    """CheckpointKey.name -> {"path", "clip_only"} of every checkpoint the plan uses (made or not yet)."""
+    return {key.name: {"path": str(plan.model_path(key)), "clip_only": m.clip_only} for key, m in plan.models.items()}
 
 
-def models_to_make(plan: Plan) -> list[tuple[str, str]]:
-    """(backbone, source) of each checkpoint the grid neither supplies nor has in its cache, in plan order."""
-    return [key for key, m in plan.models.items() if not m.given_path and not plan.model_path(*key).is_file()]
+def models_to_make(plan: Plan) -> list[CheckpointKey]:
+    """Each checkpoint the grid neither supplies nor has in its cache, in plan order."""
+    return [key for key, m in plan.models.items() if not m.given_path and not plan.model_path(key).is_file()]
 
 

@@ -18,6 +18,7 @@ from orchestrator.config.errors import GridError, MissingPath
 from orchestrator.config.grid import backbone_entry, load_grid
 from orchestrator.config.scenarios.base import PRETRAINED
 from orchestrator.config.schema import GridSpec
+from orchestrator.planning.keys import CheckpointKey
 from orchestrator.planning.paths import Paths
 from orchestrator.planning.search import SearchedConfig, recorded_tpe_trials, sampled_configs, searched_count
 from orchestrator.planning.versions import TextSetJob, asset_version, file_version, text_assets_version
@@ -95,7 +96,7 @@ class ModelPlan:
     given_path: str | None
     finetune: object | None       # workloads.backbones.finetune.FinetuneConfig (None: given file)
     train_dataset: str | None = None            # the dataset it is (to be) trained on
-    init_from: tuple[str, str] | None = None   # (backbone, dataset) of the model whose CLIP it starts from
+    init_from: CheckpointKey | None = None   # the model whose CLIP it starts from
     version: str = ""
     clip_only: bool = False       # only its CLIP weights are used; the pooling head starts at its initialisation
     label: str = ""               # the grid's name of it: a backbone variant's ("" = `backbone`)
@@ -122,15 +123,15 @@ class Plan:
     paths: Paths
     datasets: dict[str, DatasetPlan]          # targets, fine-tuning sources and the pretraining data
     # (backbone as the grid names it: a variant's label, source dataset or PRETRAINED) -> checkpoint
-    models: dict[tuple[str, str], ModelPlan]
+    models: dict[CheckpointKey, ModelPlan]
     trials: list[TrialSpec]
     # target dataset -> ordered (perturbation, severity) video renders needed (clean included when any trial needs it)
     renders: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     resolution: int = 0
     # (dataset, perturbation) -> version of the assets it renders with ("" for none): part of render/trial keys
     render_assets: dict[tuple[str, str], str] = field(default_factory=dict)
-    # dataset -> (backbone (grid name) whose checkpoint embeds distractors or None for zero-shot weights, version, kind)
-    embedders: dict[str, tuple[str | None, str, str]] = field(default_factory=dict)
+    # dataset -> (the checkpoint that embeds distractors or None for zero-shot weights, version, kind)
+    embedders: dict[str, tuple[CheckpointKey | None, str, str]] = field(default_factory=dict)
     text_sets: list = field(default_factory=list)     # orchestrator.planning.versions.TextSetJob, one per t2v text cell
     notes: list[str] = field(default_factory=list)    # what the grid asks for that will not run here, and why
     # sizing without the data (`plan`, `submit --dry-run`): the paths the grid names that are not on disk; None when
@@ -160,15 +161,15 @@ class Plan:
         return list(dict.fromkeys((t.backbone, t.model_version, t.dataset, t.direction, t.num_frames, t.resolution,
                                    t.precision, t.backbone_options) for t in self.trials))
 
-    def model_path(self, backbone: str, source: str) -> Path:
-        m = self.models[(backbone, source)]
+    def model_path(self, key: CheckpointKey) -> Path:
+        m = self.models[key]
         return m.path(self.paths, self.datasets[m.train_dataset].version if m.train_dataset else "")
 
     def summary(self) -> dict:
         by_scenario = Counter(t.scenario for t in self.trials)
         return {"grid": self.grid.name, "trials": len(self.trials), "render_jobs": self.render_count(),
                 "text_sets": len(self.text_sets),
-                "checkpoints": len({str(self.model_path(*k)) for k in self.models}),
+                "checkpoints": len({str(self.model_path(k)) for k in self.models}),
                 "datasets": ",".join(self.datasets), **{f"trials_{k}": v for k, v in by_scenario.items()},
                 **({"seeds": len(self.seeds)} if len(self.seeds) > 1 else {}),
                 **({"trials_searched": searched_count(self)} if self.grid.search is not None else {})}
@@ -197,10 +198,10 @@ def _dataset_plan(grid: GridSpec, paths: Paths, name: str, options: dict | None 
 
 
 def _plan_models(grid: GridSpec, datasets: dict[str, DatasetPlan], sources: list[str], paths: Paths
-                 ) -> dict[tuple[str, str], ModelPlan]:
+                 ) -> dict[CheckpointKey, ModelPlan]:
     m, ft = grid.models, grid.models.finetune
     base_init = file_version(m.pretrained) if m.pretrained else ""
-    models: dict[tuple[str, str], ModelPlan] = {}
+    models: dict[CheckpointKey, ModelPlan] = {}
     pretrained_model: ModelPlan | None = None
     # keyed by the grid's name of the backbone (a variant's label): each configuration its own checkpoint, whose key
     # holds its options (FinetuneConfig.pooling_kwargs); clip4clip first: an X-Pool fine-tune may start from it
@@ -210,18 +211,18 @@ def _plan_models(grid: GridSpec, datasets: dict[str, DatasetPlan], sources: list
             if src == PRETRAINED:
                 if pretrained_model is None:
                     pretrained_model = _pretrained_model(grid, datasets, paths)
-                models[(entry, src)] = pretrained_model
+                models[CheckpointKey(entry, src)] = pretrained_model
                 continue
             given = m.checkpoints.get(entry, {}).get(src)
             if given:
-                models[(entry, src)] = ModelPlan(backbone, src, m.clip_model, given, None,
-                                                 version=file_version(given), label=label)
+                models[CheckpointKey(entry, src)] = ModelPlan(backbone, src, m.clip_model, given, None,
+                                                              version=file_version(given), label=label)
                 continue
             init, init_from, steps = base_init, None, ft.steps
             # the quick recipe's shortcut; a published trainer starts both backbones from CLIP
             if backbone == "xpool" and ft.recipe == "quick" and ft.xpool_init_from_clip4clip \
-                    and ("clip4clip", src) in models:
-                init_from = ("clip4clip", src)
+                    and CheckpointKey("clip4clip", src) in models:
+                init_from = CheckpointKey("clip4clip", src)
                 init = "model:" + models[init_from].version
                 steps = ft.xpool_steps or ft.steps
             cfg = FinetuneConfig(backbone=backbone, clip_model=m.clip_model, init=init, steps=steps,
@@ -230,8 +231,9 @@ def _plan_models(grid: GridSpec, datasets: dict[str, DatasetPlan], sources: list
                                  eval_frames=grid.runtime.num_frames, precision=ft.precision, seed=grid.seed,
                                  pooling_kwargs=dict(options), recipe=ft.recipe, epochs=ft.epochs,
                                  workers=ft.workers)
-            models[(entry, src)] = ModelPlan(backbone, src, m.clip_model, None, cfg, src, init_from,
-                                             version="ft:" + cfg.key(src, datasets[src].version), label=label)
+            models[CheckpointKey(entry, src)] = ModelPlan(
+                backbone, src, m.clip_model, None, cfg, src, init_from,
+                version="ft:" + cfg.key(src, datasets[src].version), label=label)
     return models
 
 
@@ -298,7 +300,7 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
                 renders[cell.dataset].append(need)
 
 
-    embedders: dict[str, tuple[str | None, str, str]] = {}
+    embedders: dict[str, tuple[CheckpointKey | None, str, str]] = {}
     render_assets: dict[tuple[str, str], str] = {}
     for ds, cells_of_ds in renders.items():
         for pert in dict.fromkeys(p for p, _ in cells_of_ds if p != CLEAN):
@@ -325,14 +327,15 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
             assets = render_assets.get((cell.dataset, cell.perturbation), "")
         for named in grid.backbones:   # a backbone, or a backbone variant's name
             backbone, backbone_options, backbone_variant = backbone_entry(grid, named)
-            model = models[(named, cell.source)]
+            model_key = CheckpointKey(named, cell.source)
+            model = models[model_key]
             if cell.direction == "t2v" and cell.mix:     # each (type, severity) the mix draws: its text set
-                versions = {p: _text_set(grid, cell.dataset, p, sev, (named, cell.source), model, datasets,
-                                         text_sets, seed) for p, sev in Mix.from_json(cell.mix).cells()}
+                versions = {p: _text_set(grid, cell.dataset, p, sev, model_key, model, datasets, text_sets, seed)
+                            for p, sev in Mix.from_json(cell.mix).cells()}
                 assets = json.dumps(versions, sort_keys=True)
             elif cell.direction == "t2v" and cell.perturbation != CLEAN:
-                assets = _text_set(grid, cell.dataset, cell.perturbation, cell.severity, (named, cell.source),
-                                   model, datasets, text_sets, seed)
+                assets = _text_set(grid, cell.dataset, cell.perturbation, cell.severity, model_key, model,
+                                   datasets, text_sets, seed)
             for entry in grid.methods:
                 method, options, faithful, variant = _method_entry(grid, entry)
                 for config in configs[entry]:
@@ -441,7 +444,7 @@ def missing_videos(plan: Plan) -> list[str]:
     return notes
 
 
-def _text_set(grid: GridSpec, dataset: str, perturbation: str, severity: int, model_key: tuple[str, str],
+def _text_set(grid: GridSpec, dataset: str, perturbation: str, severity: int, model_key: CheckpointKey,
               model: ModelPlan, datasets: dict[str, DatasetPlan], text_sets: dict, seed: int) -> str:
     """The text set t2v trials with this model read at (perturbation, severity), added to `text_sets`; returns its
     assets version (the trials' render_assets). Sets made with a stand-in encoder belong to the model; others are
@@ -453,16 +456,17 @@ def _text_set(grid: GridSpec, dataset: str, perturbation: str, severity: int, mo
     return version
 
 
-def _embedder(grid: GridSpec, models: dict[tuple[str, str], ModelPlan], ds: str) -> tuple[str | None, str, str]:
+def _embedder(grid: GridSpec, models: dict[CheckpointKey, ModelPlan], ds: str
+              ) -> tuple[CheckpointKey | None, str, str]:
     """Which CLIP chooses a dataset's per-video assets (event-insertion distractors): the grid's zero-shot CLIP
     weights when given (as the authors), else the dataset's own fine-tuned mean-pooling model."""
     if grid.models.pretrained:
         return None, file_version(grid.models.pretrained), "zero_shot_clip"
-    backbone = "clip4clip" if ("clip4clip", ds) in models else grid.backbones[0]
-    if (backbone, ds) not in models:
+    key = CheckpointKey("clip4clip" if CheckpointKey("clip4clip", ds) in models else grid.backbones[0], ds)
+    if key not in models:
         raise PlanError(f"dataset {ds}: perturbations with assets need a CLIP to choose them: give models.pretrained "
                         f"or run query_shift on {ds} (its fine-tuned model)")
-    return backbone, models[(backbone, ds)].version, "finetuned"
+    return key, models[key].version, "finetuned"
 
 
 def hub_k_problems(plan: Plan) -> list[str]:

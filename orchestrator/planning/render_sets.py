@@ -1,37 +1,37 @@
-"""Render sets: one (dataset, perturbation, severity), every test clip of a dataset at one cell (at every seed of the
-grid: `Plan.seeds`), the unit a trial reads from the render cache. Which sets a trial reads, the order they are
-rendered in (by the first trial that needs them, or Johnson's rule under the cost model), and the actor rows that
-render them (one row per video x group of a dataset's severities, so a video is decoded once). Pure functions of the
-plan and the cache's contents."""
+"""Render sets (orchestrator/planning/keys.py `RenderSet`): one (dataset, perturbation, severity), every test clip of
+a dataset at one cell (at every seed of the grid: `Plan.seeds`), the unit a trial reads from the render cache. Which
+sets a trial reads, the order they are rendered in (by the first trial that needs them, or Johnson's rule under the
+cost model), and the actor rows that render them (one row per video x group of a dataset's severities, so a video is
+decoded once). Pure functions of the plan and the cache's contents."""
 from __future__ import annotations
 
 import json
 from typing import Any, Iterator
 
 from orchestrator.planning.cost_model import PlanCosts
+from orchestrator.planning.keys import RenderSet
 from orchestrator.planning.plan import Plan
 from workloads.mixing import Mix
 from workloads.ocr import engine_version
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
 from workloads.spec import CLEAN, TrialSpec
 
-RenderSet = tuple[str, str, int]     # (dataset, perturbation, severity)
-
 
 def trial_render_sets(spec: TrialSpec) -> list[RenderSet]:
     """The render sets a trial reads (as orchestrator/planning/plan.py decides the renders): v2t queries at their cell
     (a mix: every cell it draws and the clean clips), t2v galleries and clean cells the clean clips."""
     if spec.direction != "v2t":
-        return [(spec.dataset, CLEAN, 0)]
+        return [RenderSet(spec.dataset, CLEAN, 0)]
     if spec.mix:
-        return [(spec.dataset, CLEAN, 0), *((spec.dataset, p, int(s)) for p, s in Mix.from_json(spec.mix).cells())]
-    return [(spec.dataset, spec.perturbation, int(spec.severity))]
+        return [RenderSet(spec.dataset, CLEAN, 0),
+                *(RenderSet(spec.dataset, p, s) for p, s in Mix.from_json(spec.mix).cells())]
+    return [RenderSet(spec.dataset, spec.perturbation, spec.severity)]
 
 
 def ordered_sets(plan: Plan, trials: list[TrialSpec] | None = None) -> list[RenderSet]:
     """Every render set of the plan, ordered by the first of `trials` (plan order) that reads it; sets no trial to run
     reads come last (the render stage still fills them, as before)."""
-    planned = [(d, p, int(s)) for d, cells in plan.renders.items() for p, s in cells]
+    planned = [RenderSet(d, p, s) for d, cells in plan.renders.items() for p, s in cells]
     known = set(planned)
     order: dict[RenderSet, None] = {}
     for t in trials if trials is not None else plan.trials:
@@ -50,13 +50,13 @@ def render_keys(plan: Plan, dataset: str, video_id: str) -> list[RenderKey]:
             for pert, sev in plan.renders[dataset] for seed in plan.seeds]
 
 
-def render_keys_of_set(plan: Plan, dataset: str, perturbation: str, severity: int) -> Iterator[RenderKey]:
+def render_keys_of_set(plan: Plan, rs: RenderSet) -> Iterator[RenderKey]:
     """The cache keys of every clip of one render set (one per test video and seed of the grid), made as they are
     read: a check whether a set is rendered stops at its first missing clip (`plan` of the full matrix before any
     render: one key per set, not 524,051)."""
-    ds = plan.datasets[dataset]
-    assets = plan.render_assets.get((dataset, perturbation), "")
-    return (RenderKey(dataset, ds.version, vid, perturbation, int(severity), seed,
+    ds = plan.datasets[rs.dataset]
+    assets = plan.render_assets.get((rs.dataset, rs.perturbation), "")
+    return (RenderKey(rs.dataset, ds.version, vid, rs.perturbation, rs.severity, seed,
                       plan.grid.runtime.num_frames, plan.resolution, assets)
             for seed in plan.seeds for vid in dict.fromkeys(p.video_id for p in ds.test.pairs))
 
@@ -134,7 +134,7 @@ def cost_ordered_sets(plan: Plan, sets: list[RenderSet], trials: list[TrialSpec]
     a tail of trials after rendering."""
 
     costs = costs or PlanCosts(plan)
-    if any(costs.counts.get(d) is None for d, _, _ in sets):
+    if any(costs.counts.get(rs.dataset) is None for rs in sets):
         return list(sets)
     trial_s: dict[RenderSet, float] = {}
     known = set(sets)
@@ -145,10 +145,10 @@ def cost_ordered_sets(plan: Plan, sets: list[RenderSet], trials: list[TrialSpec]
         share = costs.trial_slot_seconds(t) / len(reads)
         for rs in reads:
             trial_s[rs] = trial_s.get(rs, 0.0) + share
-    ordered = johnson_order([rs for rs in sets if rs[1] != CLEAN],
+    ordered = johnson_order([rs for rs in sets if rs.perturbation != CLEAN],
                             lambda rs: costs.render_set_seconds(rs) / max(render_cpus, 1e-9),
                             lambda rs: trial_s.get(rs, 0.0) / max(trial_slots, 1e-9))
-    return [rs for rs in sets if rs[1] == CLEAN] + ordered
+    return [rs for rs in sets if rs.perturbation == CLEAN] + ordered
 
 
 def plan_set_rows(plan: Plan, cache: RenderCache, sets: list[RenderSet],
@@ -157,26 +157,26 @@ def plan_set_rows(plan: Plan, cache: RenderCache, sets: list[RenderSet],
     """Rows for `sets` in their order, grouped by (dataset, perturbation) (a group starts where its first set is):
     one row per video x group with the group's clips (or their OCR entries: `Plan.ocr_engines`) not cached yet.
     Returns (rows, clips to render per set, clips reused)."""
-    groups: dict[tuple[str, str], list[int]] = {}
-    for d, p, s in sets:
-        groups.setdefault((d, p), []).append(s)
+    groups: dict[tuple[str, str], list[RenderSet]] = {}
+    for rs in sets:
+        groups.setdefault((rs.dataset, rs.perturbation), []).append(rs)
     rows, todo_per_set, reused = [], {rs: 0 for rs in sets}, 0
     frames, res = plan.grid.runtime.num_frames, plan.resolution
-    for (d, p), severities in groups.items():
+    for (d, p), group in groups.items():
         ds = plan.datasets[d]
         assets_version = plan.render_assets.get((d, p), "")
         ocr = ocr_versions(plan, d)
         for pair in ds.test.pairs:
             todo = []
-            for sev in severities:
+            for rs in group:
                 for seed in plan.seeds:   # a set is every clip at every seed of the grid
-                    key = RenderKey(d, ds.version, pair.video_id, p, sev, seed, frames, res, assets_version)
+                    key = RenderKey(d, ds.version, pair.video_id, p, rs.severity, seed, frames, res, assets_version)
                     request = render_request(cache, key, ocr)
                     if request is None:
                         reused += 1
                     else:
                         todo.append(request)
-                        todo_per_set[(d, p, sev)] += 1
+                        todo_per_set[rs] += 1
             if todo:
                 extra = (video_assets or {}).get(d, {}).get(pair.video_id, {})
                 rows.append({"dataset": d, "data_version": ds.version, "video_id": pair.video_id,

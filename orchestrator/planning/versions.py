@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config.assets import asset_paths, text_assets
+from orchestrator.planning.keys import CheckpointKey
 from workloads.perturbations.text import _wordnet
 from workloads.perturbations.video import get as perturbation_info
 from workloads.seeding import digest, file_digest
@@ -69,6 +70,6 @@ def text_assets_version(grid, dataset: str, perturbation: str, stand_in_model: s
 @dataclass
 class TextSetJob:
     key: TextSetKey
-    stand_in: tuple[str, str] | None = None     # (backbone, source) of the model whose text tower stands in
+    stand_in: CheckpointKey | None = None     # the model whose text tower stands in
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from orchestrator.planning.keys import RenderSet
 from orchestrator.planning.plan import ModelPlan, Plan
-from orchestrator.planning.render_sets import RenderSet, ocr_versions, render_keys_of_set, trial_render_sets
+from orchestrator.planning.render_sets import ocr_versions, render_keys_of_set, trial_render_sets
 from orchestrator.planning.versions import TextSetJob
 from workloads.render_cache import RenderCache
 from workloads.spec import TrialSpec
@@ -27,14 +28,14 @@ def _trained(plan: Plan, only_missing: bool) -> list[ModelPlan]:
         if m.finetune is None or m.version in seen:
             continue
         seen.add(m.version)
-        if not (only_missing and plan.model_path(*key).is_file()):
+        if not (only_missing and plan.model_path(key).is_file()):
             out.append(m)
     return out
 
 
 def all_work(plan: Plan) -> Work:
     """Every unit of the plan, cached or not."""
-    return Work(list(plan.trials), [(d, p, int(s)) for d, cells in plan.renders.items() for p, s in cells],
+    return Work(list(plan.trials), [RenderSet(d, p, s) for d, cells in plan.renders.items() for p, s in cells],
                 list(plan.text_sets), plan.gallery_encodings(), _trained(plan, only_missing=False))
 
 
@@ -46,14 +47,14 @@ def remaining_work(plan: Plan, todo: list[TrialSpec]) -> Work:
     read = {rs for t in todo for rs in trial_render_sets(t)}
 
     def rendered(rs: RenderSet) -> bool:
-        ds = plan.datasets[rs[0]]
+        ds = plan.datasets[rs.dataset]
         if ds.size is None or not ds.on_disk:
             return False
-        ocr = list(ocr_versions(plan, rs[0]).values())   # a set is rendered with its OCR entries
+        ocr = list(ocr_versions(plan, rs.dataset).values())   # a set is rendered with its OCR entries
         return all(cache.path(k).is_file() and all(cache.ocr_path(k, v).is_file() for v in ocr)
-                   for k in render_keys_of_set(plan, *rs))
+                   for k in render_keys_of_set(plan, rs))
 
-    sets = [(d, p, int(s)) for d, cells in plan.renders.items() for p, s in cells]
+    sets = [RenderSet(d, p, s) for d, cells in plan.renders.items() for p, s in cells]
     needed = {(t.dataset, t.perturbation, t.severity) for t in todo if t.direction == "t2v"}
     texts = [j for j in plan.text_sets if (j.key.dataset, j.key.perturbation, j.key.severity) in needed
              and not j.key.path(plan.paths.render).is_file()]

@@ -117,15 +117,15 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console,
         role = f"{len(cells)} render cells ({n * len(cells) if ds.size is not None else n} clips at " \
             f"{plan.resolution}px)" if cells else "training data only"
         console.print(f"  dataset {name}: {n} test pairs, {role}")
-    for (backbone, source), m in plan.models.items():
+    for key, m in plan.models.items():
         if m.given_path:
             what = m.given_path
         elif m.clip_only:
             what = f"pretrain here on {m.train_dataset} (image-text)"
         else:
-            what = "fine-tune here" + (f" from {m.init_from[0]}" if m.init_from else "")
-        cached = not m.given_path and plan.model_path(backbone, source).is_file()
-        console.print(f"  checkpoint {backbone}/{source}: {what}{' (cached)' if cached else ''}")
+            what = "fine-tune here" + (f" from {m.init_from.backbone}" if m.init_from else "")
+        cached = not m.given_path and plan.model_path(key).is_file()
+        console.print(f"  checkpoint {key.backbone}/{key.source}: {what}{' (cached)' if cached else ''}")
 
     for line in sizing_lines(plan, todo=todo, verbose=verbose):
         console.print(f"  {escape(line)}")

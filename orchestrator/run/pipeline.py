@@ -13,7 +13,7 @@ from rich.markup import escape
 from orchestrator.config.assets import dataset_assets
 from orchestrator.planning.clean_check import CheckReport, check_cases
 from orchestrator.planning.environment import checkpoint_paths, models_to_make
-from orchestrator.planning.needs import check_need, set_need
+from orchestrator.planning.keys import TEXT_SETS, CheckpointKey, RenderSet
 from orchestrator.planning.plan import Plan
 from orchestrator.planning.render_sets import cost_ordered_sets, ordered_sets
 from orchestrator.planning.resources import first_finetune_cpus, render_actors, trial_slots
@@ -69,23 +69,23 @@ class Pipeline:
         actors = render_actors(rt, cluster)
         finetune_cpus = max(1, int(cluster.cpus) - actors)
         first = first_models(plan)
-        self.to_make = {str(plan.model_path(*key)) for key in models_to_make(plan)}
-        gating = all(self.checkpoints[f"{t.backbone_label}|{t.source_dataset or t.dataset}"]["path"] in self.to_make
+        self.to_make = {str(plan.model_path(key)) for key in models_to_make(plan)}
+        gating = all(self.checkpoints[CheckpointKey.of(t).name]["path"] in self.to_make
                      for t in self.gate.specs())
         first_cpus = first_finetune_cpus(rt, cluster, len(first), gating)
         if first_cpus:   # nothing else has work until the render sets and the first fine-tunes are done: both
             actors = cluster.largest_node_cpus   # take the node, the sets first, so the trials start as those end
         sets = cost_ordered_sets(plan, ordered_sets(plan, self.gate.specs()), self.gate.specs(),
                                  render_cpus=actors, trial_slots=self.slots)
-        self.deferred = [rs for rs in sets if prepares_assets(rs[1])]
+        self.deferred = [rs for rs in sets if prepares_assets(rs.perturbation)]
         self.stream = RenderStream(plan, self.gate.ready, actors=actors, progress=self.progress,
                                    assets={n: dataset_assets(plan.grid, n) for n in plan.renders})
         now = [rs for rs in sets if rs not in self.deferred]
         self.stream.add(now)
         self.t0 = time.time()
         if first_cpus:
-            self.held = HeldFineTunes([set_need(*rs) for rs in now], finetune_cpus, first_cpus)
-            names, many = " and ".join(f"{b}/{d}" for b, d in first), len(first) > 1
+            self.held = HeldFineTunes([rs.need for rs in now], finetune_cpus, first_cpus)
+            names, many = " and ".join(f"{k.backbone}/{k.source}" for k in first), len(first) > 1
             self.console.print(f"  no trial can start before {names} {'are' if many else 'is'} fine-tuned: rendering "
                                f"first on {actors} CPUs, then the fine-tune{'s' if many else ''} on {first_cpus} CPUs"
                                f"{' each' if many else ''}")
@@ -110,11 +110,11 @@ class Pipeline:
         plan = self.plan
         pending = dict(self.model_refs)                    # checkpoint path -> task
         made: set[str] = {m["path"] for m in self.checkpoints.values() if m["path"] not in self.to_make}
-        groups = list(dict.fromkeys((c.backbone, c.source) for c in check_cases(plan)))
+        groups = list(dict.fromkeys(c.checkpoint for c in check_cases(plan)))
         reports: list = []
-        embedders = {self.checkpoints[f"{b}|{d}"]["path"] for d, (b, _, _) in plan.embedders.items()
-                     if b is not None and any(rs[0] == d for rs in self.deferred)}
-        stand_ins = {self.checkpoints[f"{j.stand_in[0]}|{j.stand_in[1]}"]["path"] for j in plan.text_sets
+        embedders = {self.checkpoints[k.name]["path"] for d, (k, _, _) in plan.embedders.items()
+                     if k is not None and any(rs.dataset == d for rs in self.deferred)}
+        stand_ins = {self.checkpoints[j.stand_in.name]["path"] for j in plan.text_sets
                      if j.stand_in is not None}
         assets_done, text_done = not self.deferred, not plan.text_sets
         while not self._stopped.is_set():
@@ -123,7 +123,7 @@ class Pipeline:
                                                 first_cpus=self.held.first_cpus)
                 pending.update(self.model_refs)
                 self.held = None
-            for group in [g for g in groups if self.checkpoints[f"{g[0]}|{g[1]}"]["path"] in made]:
+            for group in [g for g in groups if self.checkpoints[g.name]["path"] in made]:
                 groups.remove(group)
                 reports.append(self._check(group))
                 self.report.check = _merge(reports, self.opts.tolerance)
@@ -166,26 +166,25 @@ class Pipeline:
             raise RuntimeError(f"render stream ended before {missing[:3]}")
         return False
 
-    def _check(self, group: tuple[str, str]):
+    def _check(self, group: CheckpointKey):
         """The check of one checkpoint (all its targets), once its clean render sets are ready; then the gate. A
         target whose grid renders no clean set (`clean: false` with v2t queries only) has none to wait for:
         `run_check` renders the clean clips it reads itself (orchestrator/stages/check.py `render_clean`)."""
 
-        backbone, source = group
-        trials = [t for t in self.plan.trials if (t.backbone_label, t.source_dataset or t.dataset) == group]
+        trials = [t for t in self.plan.trials if CheckpointKey.of(t) == group]
         targets = list(dict.fromkeys(t.dataset for t in trials))
-        self._wait([set_need(d, CLEAN, 0) for d in targets if (CLEAN, 0) in self.plan.renders.get(d, [])])
+        self._wait([RenderSet(d, CLEAN, 0).need for d in targets if (CLEAN, 0) in self.plan.renders.get(d, [])])
         report = run_check(replace(self.plan, trials=trials), self.checkpoints, self.ledger, self.console,
                            self.opts.tolerance, submission=self.submission)
         refuse_misses(report, self.opts.force, self.console)
         fresh = {c.case.specs[c.direction].key for c in report.comparisons
                  if c.metrics is not None and not c.case.reused.get(c.direction)}
         self.checked += self.gate.drop(fresh)
-        self.gate.ready(check_need(backbone, source))
+        self.gate.ready(group.need)
         return report
 
     def _prepare_assets(self) -> None:
-        renders = {d: [c for c in cells if (d, c[0], int(c[1])) in self.deferred]
+        renders = {d: [c for c in cells if RenderSet(d, *c) in self.deferred]
                    for d, cells in self.plan.renders.items()}
         sub = replace(self.plan, renders={d: c for d, c in renders.items() if c})
         _, video_assets = prepare_assets(sub, self.checkpoints, self.console)
@@ -194,7 +193,7 @@ class Pipeline:
     def _text_sets(self) -> None:
 
         self.text = render_text_sets(self.plan, self.checkpoints, self.console, progress=self.progress)
-        self.gate.ready("text:all")
+        self.gate.ready(TEXT_SETS)
 
     # -- the driver's side -------------------------------------------------------------------------------------
     def finish(self) -> None:

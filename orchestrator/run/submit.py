@@ -42,7 +42,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from orchestrator.config.grid import load_grid
 from orchestrator.config.schema import GridSpec
 from orchestrator.planning.environment import checkpoint_paths, trial_environment
-from orchestrator.planning.needs import set_need, trial_needs
+from orchestrator.planning.needs import trial_needs
 from orchestrator.planning.paths import Paths, check_writable
 from orchestrator.planning.plan import Plan, build_plan, check_hub_k, missing_videos, plan_for_sizing
 from orchestrator.planning.search import tpe_streams
@@ -278,7 +278,7 @@ class SubmissionRun:
             sub.plan.trials.extend(t for t in self.tpe.specs() if t.key not in known)
         summary = report.render = pipeline.stream.summary
         report.timeline = {"start": pipeline.t0, "trials_from": self.gate.first_ready or 0.0,
-                           **{set_need(*rs): t for rs, t in pipeline.stream.ready_at.items()}}
+                           **{rs.need: t for rs, t in pipeline.stream.ready_at.items()}}
         pipeline.print_render(sub.console)
         recorder.counts["ok"] += pipeline.checked   # the clean source cells `check` ran (sync_store logs them)
         if pipeline.checked and recorder.tracking:

@@ -60,8 +60,8 @@ def prepare_assets(plan: Plan, checkpoints: dict[str, dict[str, Any]], console: 
             needs = perturbation_info(pert).assets if pert != CLEAN else None
             if needs is None or needs.prepare is None:
                 continue
-            backbone, _, kind = plan.embedders[name]
-            weights = plan.grid.models.pretrained if backbone is None else checkpoints[f"{backbone}|{name}"]["path"]
+            embedder, _, kind = plan.embedders[name]
+            weights = plan.grid.models.pretrained if embedder is None else checkpoints[embedder.name]["path"]
             t0 = time.time()
             chosen = prepare_video_assets(plan, name, pert, weights, kind, plan.render_assets[(name, pert)])
             for video_id, extra in chosen.items():

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from orchestrator.planning.environment import checkpoint_paths, models_to_make
 from orchestrator.planning.cost_model import train_pairs
+from orchestrator.planning.keys import CheckpointKey
 from orchestrator.planning.plan import ModelPlan, Plan
 from orchestrator.planning.resources import producer_share
 from orchestrator.stages.cluster import current_cluster
@@ -36,20 +37,20 @@ def launch_models(plan: Plan, console: Console, cpus: int | None = None, first_c
     first = set(first_models(plan)) if first_cpus and not gpus else set()
     task = ray.remote(num_cpus=cpus, num_gpus=gpus)(_finetune_task)
     node_memory = int(max((n.get("Resources", {}).get("memory", 0) for n in ray.nodes() if n.get("Alive")), default=0))
-    for backbone, source in models_to_make(plan):  # plan order: clip4clip before the X-Pool starting from it
-        m, path = plan.models[(backbone, source)], plan.model_path(backbone, source)
+    for key in models_to_make(plan):  # plan order: clip4clip before the X-Pool starting from it
+        m, path = plan.models[key], plan.model_path(key)
         if str(path) in refs:
             continue
         ds = m.train_dataset
         dsp = plan.datasets[ds]
-        parent = models[f"{m.init_from[0]}|{m.init_from[1]}"]["path"] if m.init_from else None
+        parent = models[m.init_from.name]["path"] if m.init_from else None
         init = parent if parent else None if m.clip_only else plan.grid.models.pretrained
         what = f"pretraining the zero-shot CLIP on {ds} single frames" if m.clip_only \
-            else f"fine-tuning {backbone} on {ds}"
+            else f"fine-tuning {key.backbone} on {ds}"
         ft = m.finetune
         length = f"{ft.steps} steps" if ft.published is None else \
             f"recipe {ft.recipe}, {ft.epochs or ft.published.epochs:g} epochs"
-        console.print(f"{what} ({length}{', from ' + m.init_from[0] if m.init_from else ''}) ...")
+        console.print(f"{what} ({length}{', from ' + m.init_from.backbone if m.init_from else ''}) ...")
         after = refs.get(parent) if parent else None   # a dependency: Ray starts this task when that one is done
         # on a GPU the task holds one CPU plus one per DataLoader worker assembling its batches
         # (FinetuneConfig.workers); it reserves its measured peak host memory, so Ray starts it only where that memory
@@ -60,15 +61,15 @@ def launch_models(plan: Plan, console: Console, cpus: int | None = None, first_c
                           f"largest node gives Ray ({node_memory / 2**30:.1f} GiB): it reserves that, and may run "
                           "out of memory (a smaller batch, or a node with more memory)[/]")
             memory = node_memory
-        run = task.options(num_cpus=cpus + ft.workers if gpus else first_cpus if (backbone, source) in first else cpus,
+        run = task.options(num_cpus=cpus + ft.workers if gpus else first_cpus if key in first else cpus,
                            memory=memory)
         refs[str(path)] = run.remote(m.finetune, ds, dsp.root, dsp.options, dsp.version, str(plan.paths.models),
                                       init, "cuda" if gpus else "cpu", after)
     return refs
 
 
-def first_models(plan: Plan) -> list[tuple[str, str]]:
-    """(backbone, source) of the checkpoints to make whose parent (`ModelPlan.init_from`) is not made here: what can
+def first_models(plan: Plan) -> list[CheckpointKey]:
+    """The checkpoints to make whose parent (`ModelPlan.init_from`) is not made here: what can
     start at once."""
     todo = models_to_make(plan)
     return [key for key in todo if plan.models[key].init_from not in todo]
@@ -84,7 +85,7 @@ def finetune_task_memory(plan: Plan, model: ModelPlan, device: str) -> int:
 
 
 def model_line(plan: Plan, path: str, record: dict[str, Any], seconds: float) -> str:
-    m = next(m for (b, s), m in plan.models.items() if str(plan.model_path(b, s)) == path)
+    m = next(m for key, m in plan.models.items() if str(plan.model_path(key)) == path)
     mt = record["metrics"]
     return (f"  {m.name}/{m.train_dataset}: clean R@1 v2t {mt['v2t_R1']:.1f} / t2v {mt['t2v_R1']:.1f} "
             f"({seconds:.0f}s) -> {Path(path).name}")
@@ -92,7 +93,7 @@ def model_line(plan: Plan, path: str, record: dict[str, Any], seconds: float) ->
 
 def prepare_models(plan: Plan, console: Console) -> dict[str, dict[str, Any]]:
     """Fine-tune (or pretrain) the checkpoints the grid does not supply and wait for them (the `check` command);
-    returns "backbone|source" -> {"path", "clip_only"}."""
+    returns CheckpointKey.name -> {"path", "clip_only"}."""
     import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
     t0 = time.time()

@@ -33,9 +33,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from orchestrator.config.assets import asset_paths
 from orchestrator.planning.cost_model import clip_size
-from orchestrator.planning.needs import set_need
+from orchestrator.planning.keys import RenderSet
 from orchestrator.planning.plan import Plan
-from orchestrator.planning.render_sets import RenderSet, plan_render_rows, plan_set_rows
+from orchestrator.planning.render_sets import plan_render_rows, plan_set_rows
 from workloads.ocr import get_engine
 from workloads.render_cache import RenderCache, RenderKey
 from workloads.render_memory import worker_bytes
@@ -284,7 +284,7 @@ class RenderStream:
 
     def _announce(self, rs: RenderSet) -> None:
         self.ready_at[rs] = time.time()
-        self.on_ready(set_need(*rs))
+        self.on_ready(rs.need)
 
     def _loop(self) -> None:
         try:
@@ -334,7 +334,7 @@ class RenderStream:
             "assets": self.assets}
         ds = ds.map_batches(self.render_fn, batch_size=1, compute=ray.data.TaskPoolStrategy(size=size),
                             num_cpus=self.cpus_per_actor, fn_kwargs=kwargs,
-                            memory=render_task_memory(self.plan, [rs[0] for rs in sets], self._clip_sizes))
+                            memory=render_task_memory(self.plan, [rs.dataset for rs in sets], self._clip_sizes))
         with quiet_ray_data():
             for row in ds.iter_rows():
                 if self._stop.is_set():
@@ -343,7 +343,7 @@ class RenderStream:
                 if self.first_output_at is None:
                     self.first_output_at = time.time()
                 self.summary.count(row, n)
-                rs = (row["dataset"], row["perturbation"], int(row["severity"]))
+                rs = RenderSet(row["dataset"], row["perturbation"], row["severity"])
                 remaining[rs] -= n
                 if remaining[rs] == 0:
                     self._announce(rs)

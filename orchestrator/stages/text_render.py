@@ -66,7 +66,7 @@ def render_text_sets(plan, checkpoints: dict[str, dict[str, Any]], console=None,
             model = plan.models[job.stand_in]
             stand_in = {"backbone": model.backbone if model.backbone != "clip" else "clip4clip",
                         "clip_model": model.clip_model,
-                        "checkpoint": checkpoints[f"{job.stand_in[0]}|{job.stand_in[1]}"]["path"],
+                        "checkpoint": checkpoints[job.stand_in.name]["path"],
                         "clip_only": model.clip_only}
         rows.append({"key": json.dumps(asdict(job.key)), "root": ds.root, "options": json.dumps(ds.options),
                      "cache_root": str(plan.paths.render), "stand_in": json.dumps(stand_in) if stand_in else "",
