@@ -206,7 +206,7 @@ def cmd_sync(args) -> int:
     check_store(uri)
     ledger = TrialLedger(paths.ledger)
     with _libraries(args, paths, grid, "sync") as console:
-        created, parent = sync_grid(Tracker(uri, paths.results), plan, ledger, console)
+        created, parent = sync_grid(Tracker(uri, paths.results, paths.store_templates), plan, ledger, console)
     present = sum(1 for t in plan.trials if ledger.get(t.key) is not None)
     make_console().print(f"sync: {created} trial runs logged to {uri}" + (f" (parent run {parent})" if parent else "")
                          + f"; {present - created} of the ledger's {present} were there already "

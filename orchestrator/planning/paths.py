@@ -41,6 +41,12 @@ class Paths:
     def gallery(self) -> Path:
         return self.cache / "gallery"
 
+    @property
+    def store_templates(self) -> Path:
+        """Empty MLflow stores, one per MLflow version, that new local stores start from
+        (orchestrator/record/mlflow_store.py `Tracker`)."""
+        return self.cache / "mlflow"
+
     def grid_dir(self, name: str) -> Path:
         return self.results / name
 

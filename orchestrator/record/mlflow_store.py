@@ -72,6 +72,36 @@ def check_store(tracking_uri: str, timeout: float = 5.0) -> None:
             raise TrackingUnavailable(f"MLflow store {tracking_uri}: folder {folder} is not writable")
 
 
+def sqlite_file(tracking_uri: str) -> Path | None:
+    """The file of a local sqlite store (None for a server or another kind of store)."""
+    return Path(tracking_uri[len("sqlite:///"):]) if tracking_uri.startswith("sqlite:///") else None
+
+
+def empty_store_template(templates: str | os.PathLike) -> Path:
+    """Where the cache keeps an empty store that this MLflow version created and migrated: one per version, since a
+    store's schema is its version's."""
+    from importlib.metadata import version   # the version without importing MLflow
+
+    return Path(templates) / f"empty-store-mlflow-{version('mlflow')}.db"
+
+
+def copy_new_file(source: Path, target: Path) -> bool:
+    """Copy `source` to `target` whole or not at all, never over an existing file (two drivers racing: the second
+    keeps the first's). Returns whether this call made `target`."""
+    import shutil
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        shutil.copyfile(source, tmp)
+        os.link(tmp, target)   # fails if target exists: a store is never replaced
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def store_key(tracking_uri: str) -> str:
     """How a store is named in ledger entries (`mlflow_runs`)."""
     return tracking_uri.rstrip("/")
@@ -99,12 +129,26 @@ class Tracker(BackgroundLogging):
     one `log_batch` (params, metrics and the per-batch R@1 steps), its artifacts (`log_dict` / `log_text`) and
     `set_terminated`. A local sqlite store keeps each grid's artifacts beside it, under `<results>/mlartifacts/`."""
 
-    def __init__(self, tracking_uri: str, results_dir: str | os.PathLike):
+    def __init__(self, tracking_uri: str, results_dir: str | os.PathLike, templates: str | os.PathLike | None = None):
+        """`templates`: a cache folder where a new local sqlite store is started from an empty store this MLflow
+        version already created (`empty_store_template`): MLflow's schema migrations run once per cache and version
+        instead of once per results folder (4.7 CPU-s of every first submission: docs/notes/2026-11-29-suite-time.md).
+        The first new store made with that folder, right after MLflow created it and before anything is written to
+        it, becomes the template."""
         from mlflow.tracking import MlflowClient  # MLflow (~90 MB, 1-2 s): only where a store is opened
 
         self.uri = tracking_uri
         self.results_dir = Path(results_dir).resolve()
+        db = sqlite_file(tracking_uri)
+        template = empty_store_template(templates) if templates is not None and db is not None else None
+        fresh = db is not None and not db.exists()
+        if fresh and template is not None and template.is_file():
+            copy_new_file(template, db)
         self.client = MlflowClient(tracking_uri=tracking_uri)
+        if fresh and template is not None and not template.is_file():
+            self.client.search_experiments(max_results=1)   # MLflow creates and migrates the store here
+            if not any(db.with_name(db.name + end).exists() for end in ("-journal", "-wal")):   # nothing pending
+                copy_new_file(db, template)
         self._experiments: dict[str, str] = {}      # grid name -> experiment id (looked up once, not per trial)
         self._writer: TrialLogWriter | None = None
 

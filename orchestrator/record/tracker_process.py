@@ -29,7 +29,8 @@ class TrackerProcess(BackgroundLogging):
     Ctrl-C still closes its parent run as KILLED, and ends with the driver (its call pipe closes); a broken one is
     replaced by the next TrackerProcess."""
 
-    def __init__(self, tracking_uri: str, results_dir: str | os.PathLike):
+    def __init__(self, tracking_uri: str, results_dir: str | os.PathLike, templates: str | os.PathLike | None = None):
+        """`templates`: where a new local store is started from (`Tracker`)."""
         self.uri = tracking_uri
         self.results_dir = Path(results_dir).resolve()
         self._writer = None
@@ -37,7 +38,8 @@ class TrackerProcess(BackgroundLogging):
         self._pid = self._pool.submit(os.getpid)   # starts the process now, if new
         # and opens the store (a new sqlite store's migrations: ~1.5 s) while the caller goes on (Ray starts); an
         # error here is raised again by the first call
-        self._pool.submit(_call_tracker, self.uri, str(self.results_dir), None, ())
+        self._pool.submit(_call_tracker, self.uri, str(self.results_dir), None, (),
+                          None if templates is None else str(templates))
 
     @property
     def pid(self) -> int:
@@ -108,11 +110,11 @@ def _serve_tracker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's to handle: it closes the parent run
 
 
-def _call_tracker(tracking_uri: str, results_dir: str, name: str, args: tuple):
+def _call_tracker(tracking_uri: str, results_dir: str, name: str, args: tuple, templates: str | None = None):
     try:
         tracker = _SERVED.get((tracking_uri, results_dir))
         if tracker is None:
-            tracker = _SERVED[(tracking_uri, results_dir)] = Tracker(tracking_uri, results_dir)
+            tracker = _SERVED[(tracking_uri, results_dir)] = Tracker(tracking_uri, results_dir, templates)
         return None if name is None else getattr(tracker, name)(*args)   # None: open the store only
     except Exception as err:
         raise TrackingError(type(err).__name__, str(err)) from None

@@ -38,7 +38,7 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
     n_ok = outputs.ok
     try:
         if summary is None:  # nothing ran: sync only, with a parent run only when something is logged
-            tracker = Tracker(report.tracking_uri, paths.results)
+            tracker = Tracker(report.tracking_uri, paths.results, paths.store_templates)
             _, report.parent_run_id = sync_grid(tracker, plan, ledger, console, submission, close=False)
         if tracker is not None and report.parent_run_id:
             tracker.finish_parent(report.parent_run_id, {

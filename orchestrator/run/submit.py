@@ -118,7 +118,7 @@ class Submission:
         check_store(self.report.tracking_uri)
         if todo:
             # MLflow in a process of its own, started first: it imports while Ray starts
-            self.tracker = TrackerProcess(self.report.tracking_uri, paths.results)
+            self.tracker = TrackerProcess(self.report.tracking_uri, paths.results, paths.store_templates)
             self.ahead = OutputsAhead(len(plan.trials))   # the outputs' child, started at the first trial result
             self.ray_info = ray_env.start_ray(opts.address, opts.num_cpus, opts.dashboard)
             self.started_ray = bool(self.ray_info.get("started"))
