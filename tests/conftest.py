@@ -64,6 +64,43 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(path, path)))
 
 
+# One local Ray per pytest-xdist worker for the in-process submissions that need nothing of a Ray of their own
+# (orchestrator/run/submit.py `Submission` joins a Ray its process has and leaves it running): each saves Ray's start
+# and stop, ~12 s and ~11 CPU-s (docs/notes/2026-11-29-suite-time.md). A test asks for it with the `worker_ray`
+# fixture; before any other test a Ray left in the process is shut down, so a test that starts or joins its own (its
+# CPUs, its dashboard, its environment variables reaching the workers) never finds the shared one.
+WORKER_RAY = {"gcs": None}
+
+
+def ensure_worker_ray() -> None:
+    """The worker's shared Ray, started as `submit` starts a local one (2 CPUs, no dashboard) where the process has
+    none, or has another test's."""
+    import ray
+
+    from orchestrator.run import ray_env
+
+    if ray.is_initialized() and ray.get_runtime_context().gcs_address == WORKER_RAY["gcs"]:
+        return
+    ray_env.stop_ray()
+    ray_env.start_ray(num_cpus=2, dashboard=False)
+    WORKER_RAY["gcs"] = ray.get_runtime_context().gcs_address
+
+
+@pytest.fixture
+def worker_ray() -> None:
+    ensure_worker_ray()
+
+
+@pytest.fixture(autouse=True)
+def _no_shared_ray_unless_asked(request):
+    if "worker_ray" not in request.fixturenames and "ray" in sys.modules:
+        from orchestrator.run import ray_env
+
+        ray_env.stop_ray()
+        WORKER_RAY["gcs"] = None
+    yield
+
+
 MICRO_GRID = """
 name: {name}
 seed: 0
@@ -213,6 +250,7 @@ def tiny_results(tmp_path_factory, shared_cache):
     from orchestrator.run.options import SubmitOptions
     from orchestrator.run.submit import submit
 
+    ensure_worker_ray()
     root = tmp_path_factory.mktemp("report")
     grid = write_micro_grid(root / "tiny.yaml", name="tiny", backbones="[clip4clip]", methods="[source, tent]",
                             perturbations="[gaussian_noise, fog]", severities="[1, 5]")

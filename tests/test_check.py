@@ -96,7 +96,8 @@ def test_every_in_domain_case_is_compared_with_what_is_published():
 
 
 @pytest.mark.e2e
-def test_check_on_the_embedded_default_feeds_the_ledger_and_the_trials_gallery_cache(tmp_path, shared_cache, capsys):
+def test_check_on_the_embedded_default_feeds_the_ledger_and_the_trials_gallery_cache(
+        tmp_path, shared_cache, worker_ray, capsys):
     # ~60 s here: Ray twice (the first check, submit), micro checkpoints and clips from the session cache when
     # built already
     grid_file = write_micro_grid(tmp_path / "chk.yaml", name="chk", perturbations="[gaussian_noise]",

@@ -11,7 +11,7 @@ from workloads.methods import NAMES
 pytestmark = pytest.mark.e2e
 
 
-def test_every_method_runs_in_both_directions_with_hubness_and_variants(tmp_path, shared_cache):
+def test_every_method_runs_in_both_directions_with_hubness_and_variants(tmp_path, shared_cache, worker_ray):
     methods = "[" + ", ".join(NAMES) + ", hat_vtr_fixed, hat_vtr_no_hsm]"
     grid_file = write_micro_grid(tmp_path / "methods.yaml", name="methods", methods=methods,
                                  directions="[v2t, t2v]", perturbations="[gaussian_noise]", severities="[5]",

@@ -20,7 +20,8 @@ from workloads.render_cache import RenderCache
 pytestmark = pytest.mark.e2e
 
 
-def test_submit_runs_every_cell_logs_mlflow_writes_tables_and_resubmit_reuses(tmp_path, shared_cache, monkeypatch):
+def test_submit_runs_every_cell_logs_mlflow_writes_tables_and_resubmit_reuses(
+        tmp_path, shared_cache, worker_ray, monkeypatch):
     # written as a large grid's are: by a child process, started at the first trial result (report/outputs.py)
     monkeypatch.setattr(outputs, "APART_FROM_TRIALS", 10)
     grid_file = write_micro_grid(tmp_path / "micro.yaml")
@@ -100,7 +101,8 @@ def test_submit_runs_every_cell_logs_mlflow_writes_tables_and_resubmit_reuses(tm
     assert len(client.search_runs([exp.experiment_id], "tags.`mlvp.kind` = 'submission'")) == 1
 
 
-def test_a_finetune_every_trial_waits_for_trains_on_the_whole_node_after_the_render_sets(tmp_path, shared_cache):
+def test_a_finetune_every_trial_waits_for_trains_on_the_whole_node_after_the_render_sets(
+        tmp_path, shared_cache, worker_ray):
     """On one node with CPU trials, the render sets come first, then the clip4clip fine-tune every trial waits for
     takes both CPUs (two torch threads, in its record), and the X-Pool fine-tune that starts from it gets the usual
     share beside the first trials (orchestrator/planning/resources.py `first_finetune_cpus`)."""

@@ -25,7 +25,7 @@ search:
 """
 
 
-def test_searched_grid_end_to_end(tmp_path, shared_cache):
+def test_searched_grid_end_to_end(tmp_path, shared_cache, worker_ray):
     from orchestrator.config.grid import load_grid
     from orchestrator.planning.paths import Paths
     from orchestrator.planning.plan import build_plan

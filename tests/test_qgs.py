@@ -180,7 +180,7 @@ def test_every_scenario_plans_from_its_own_section(tmp_path, shared_cache):
 
 
 @pytest.mark.e2e
-def test_cross_dataset_and_zero_shot_end_to_end_through_tune_mlflow_and_parquet(tmp_path, shared_cache):
+def test_cross_dataset_and_zero_shot_end_to_end_through_tune_mlflow_and_parquet(tmp_path, shared_cache, worker_ray):
     from orchestrator.run.options import SubmitOptions
     from orchestrator.run.submit import submit
 

@@ -26,7 +26,7 @@ def cache_files(root):
     return {p: p.stat().st_mtime_ns for p in root.rglob("*.npz")}
 
 
-def test_all_types_render_once_and_run_as_trials(tmp_path, shared_cache):
+def test_all_types_render_once_and_run_as_trials(tmp_path, shared_cache, worker_ray):
     grid_file = write_micro_grid(tmp_path / "all.yaml", name="all12", backbones="[clip4clip]", methods="[source]",
                                  perturbations=ALL, severities="[2]")
     cache = private_cache(tmp_path / "cache", shared_cache, ("datasets", "models"))  # renders counted: its own
@@ -68,7 +68,7 @@ def test_all_types_render_once_and_run_as_trials(tmp_path, shared_cache):
     assert second.ok == 13
 
 
-def test_corrupt_source_video_fails_its_clips_not_the_grid(tmp_path):
+def test_corrupt_source_video_fails_its_clips_not_the_grid(tmp_path, worker_ray):
     # real-dataset path: the synthetic files read through the msrvtt loader (the synthetic dataset itself would
     # notice the damage against its manifest and regenerate)
     from workloads.datasets import create_dataset

@@ -157,7 +157,7 @@ def test_every_registered_text_type_has_a_level_for_the_table_order():
 
 
 @pytest.mark.e2e
-def test_perturbed_t2v_end_to_end_through_ray_tune_mlflow_and_parquet(tmp_path, shared_cache):
+def test_perturbed_t2v_end_to_end_through_ray_tune_mlflow_and_parquet(tmp_path, shared_cache, worker_ray):
     from orchestrator.run.options import SubmitOptions
     from orchestrator.run.submit import submit
 
