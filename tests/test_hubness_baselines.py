@@ -216,3 +216,33 @@ def test_querybank_off_is_one_plan_line_per_method_and_dataset(tmp_path):
     notes = build_plan(grid, Paths.make(tmp_path)).notes
     assert notes == [f"{m} on synthetic: its querybank is off (a zero-shot checkpoint has no source train split); "
                      "the rest of the method runs" for m in ("qb_norm", "hsm_qb_norm")]
+
+
+@pytest.mark.slow
+def test_the_three_run_as_trials_with_the_querybank_from_the_source_train_split(tmp_path, shared_cache):
+    """Through `submit` on the micro grid: the querybank comes from the synthetic train split by the trial's source
+    path (workloads/trial.py `encode_source`), on CLIP4Clip with no stand-in; HSM + QB-Norm records
+    method_faithful: false, DSL and QB-Norm the grid's flag."""
+    import pyarrow.parquet as pq
+
+    from conftest import write_micro_grid
+    from orchestrator.run.options import SubmitOptions
+    from orchestrator.run.submit import submit
+
+    grid_file = write_micro_grid(tmp_path / "hub.yaml", name="hub", backbones="[clip4clip]",
+                                 methods="[source, dsl, qb_norm, hsm_qb_norm]", directions="[v2t, t2v]",
+                                 perturbations="[gaussian_noise]", severities="[5]")
+    report = submit(str(grid_file), SubmitOptions(results_dir=str(tmp_path / "results"), cache_dir=str(shared_cache),
+                                                  num_cpus=2, dashboard=False))
+    assert report.failed == 0 and report.ok == 4 * 3          # v2t clean + gaussian, t2v clean
+    t = pq.read_table(tmp_path / "results" / "hub" / "trials.parquet").to_pandas()
+    for method in ("qb_norm", "hsm_qb_norm"):
+        rows = t[t.method == method]
+        assert (rows[f"{method}_bank_size"] > 0).all() and (rows["fallbacks"] == "").all()
+        assert ((rows[f"{method}_normalised_share"] >= 0) & (rows[f"{method}_normalised_share"] <= 1)).all()
+    assert not t[t.method == "hsm_qb_norm"]["method_faithful"].any()
+    assert t[t.method.isin(["source", "dsl", "qb_norm"])]["method_faithful"].all()
+    source = t[t.method == "source"].set_index(["direction", "perturbation"])
+    for method in ("dsl", "qb_norm"):    # a re-scoring moves the ranking somewhere
+        other = t[t.method == method].set_index(["direction", "perturbation"])
+        assert (other["hub_skewness"] != source["hub_skewness"]).any(), method
