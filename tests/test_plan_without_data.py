@@ -41,7 +41,7 @@ def expected_counts(grid) -> dict[str, int]:
     methods = [m for m in METHODS.names() if m not in ("dsl", "qb_norm", "hsm_qb_norm")]
     text = [n for n in TEXT_PERTURBATIONS.names() if TEXT_PERTURBATIONS.info(n)["level"] != "sentence"]
     qs = grid.query_shift
-    # the grid asks for the whole registries (else these counts would not be the paper's matrix)
+    # the grid asks for the whole registries, but those baselines (else these counts would not be the paper's matrix)
     assert list(qs.perturbations) == video and set(grid.methods) == set(methods)
     assert set(qs.text_perturbations) == set(TEXT_PERTURBATIONS.names()) and set(qs.datasets) == set(DATASETS)
     per_cell = len(methods) * len(BACKBONES)
