@@ -592,7 +592,8 @@ def test_eata_corrected_skips_updates_when_nothing_is_reliable(streams):
 # ------------------------------------------------------------------------------------------------------------
 
 def test_registry_order():
-    assert NAMES == ("source", "tent", "read", "sar", "eata", "deyo", "tcr", "tcr_untrained", "hat_vtr", "titan")
+    assert NAMES == ("source", "tent", "read", "sar", "eata", "deyo", "tcr", "tcr_untrained", "hat_vtr", "titan",
+                     "dsl", "qb_norm", "hsm_qb_norm")
 
 
 def test_options_are_checked(streams):
