@@ -253,6 +253,34 @@ def test_estimate_counts_only_what_remains(full, tmp_path):
     assert f"what remains ({len(todo)} trials): {after.line()}" in "\n".join(lines)
 
 
+def test_wall_time_of_the_full_matrix_on_n_gpus_in_both_precisions(full, capsys):
+    """`plan --gpus N` (orchestrator/planning/cost_model.py `wall_time`): the bound is the largest of the GPU work over
+    the GPUs, the rendering over the CPUs and the longest fine-tune; bf16 is cheaper; more GPUs never slower."""
+    from orchestrator.planning.cost_model import MEASURED_OVER_BOUND, wall_time
+    from orchestrator.planning.describe import wall_lines
+    from orchestrator.planning.work import all_work
+
+    _, plan = full
+    work = all_work(plan)
+    fp32 = {n: wall_time(PlanCosts(plan, precision="fp32"), work, n, 16 * n) for n in (1, 8, 64)}
+    bf16 = wall_time(PlanCosts(plan, precision="bf16"), work, 8, 128)
+    est = estimate(PlanCosts(plan, precision="fp32"), work)
+    w = fp32[8]
+    assert w.gpu_s == pytest.approx(est.gpu_h * 3600) and w.render_s >= est.render_cpu_s > 0
+    assert w.bound_s == max(w.gpu_s / 8, w.render_s / 128, w.finetune_s)
+    assert w.expected_s == pytest.approx(w.bound_s * MEASURED_OVER_BOUND)
+    assert fp32[1].bound_s >= fp32[8].bound_s >= fp32[64].bound_s >= w.finetune_s > 0
+    assert bf16.gpu_s < w.gpu_s and bf16.bound_s <= w.bound_s
+    parts = {"GPUs": w.gpu_s / 8, "rendering": w.render_s / 128, "the longest fine-tune": w.finetune_s}
+    assert parts[w.limit] == max(parts.values())   # named after the largest part
+    with pytest.raises(ValueError, match="at least one GPU"):
+        wall_time(PlanCosts(plan), work, 0, 16)
+
+    lines = wall_lines(plan, None, 8, 128)
+    assert lines[0].startswith("wall time of the grid on 8 GPUs and 128 CPUs")
+    assert lines[1].startswith("  fp32: expected ") and lines[2].startswith("  bf16: expected ")
+
+
 def test_plan_and_the_simulated_cluster_agree_on_a_small_grid(tmp_path, monkeypatch, capsys):
     """`python benchmarks/cluster_sim.py --grid SMALL --totals-only` against the plan `mlvp plan SMALL` builds: a
     generated dataset, so the render cost takes its clip size from the generator config."""

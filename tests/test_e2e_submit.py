@@ -14,7 +14,7 @@ from orchestrator.planning.plan import build_plan
 from orchestrator.planning.render_sets import plan_render_rows
 from orchestrator.report import outputs
 from orchestrator.run.options import SubmitOptions
-from orchestrator.run.submit import submit
+from orchestrator.run.submit import Submission, submit
 from workloads.render_cache import RenderCache
 
 pytestmark = pytest.mark.e2e
@@ -90,13 +90,13 @@ def test_submit_runs_every_cell_logs_mlflow_writes_tables_and_resubmit_reuses(
     artifacts = [a.path for a in client.list_artifacts(report.parent_run_id, "tables")]
     assert "tables/trials.parquet" in artifacts
 
-    # second submission: nothing trains, renders or runs again; Ray is not even started, no empty parent run is
-    # added (the store already holds every trial), and the tables are rebuilt from the ledger
-    import ray
-
+    # second submission: nothing trains, renders or runs again; Ray is neither started nor joined, no empty parent
+    # run is added (the store already holds every trial), and the tables are rebuilt from the ledger
     (results / "micro" / "trials.parquet").unlink()
-    again = submit(str(grid_file), opts)
-    assert again.to_run == 0 and again.render is None and again.parent_run_id is None and not ray.is_initialized()
+    with Submission(str(grid_file), opts) as sub:
+        again = sub.run()
+        assert sub.ray_info == {} and sub.tracker is None   # start_ray never called, no tracker process started
+    assert again.to_run == 0 and again.render is None and again.parent_run_id is None
     assert len(pq.read_table(results / "micro" / "trials.parquet")) == 20
     assert len(client.search_runs([exp.experiment_id], "tags.`mlvp.kind` = 'submission'")) == 1
 

@@ -16,6 +16,7 @@ from orchestrator.config.grid import load_grid
 from orchestrator.config.schema import GridSpec
 from orchestrator.config.shipped import describe, resolve_grid, shipped_grids
 from orchestrator.planning.clean_check import check_cases
+from orchestrator.planning.describe import wall_lines
 from orchestrator.planning.environment import checkpoint_paths, models_to_make
 from orchestrator.planning.paths import Paths, check_writable
 from orchestrator.planning.plan import Plan, build_plan, missing_videos, plan_for_sizing
@@ -121,6 +122,9 @@ def cmd_plan(args) -> int:
     for line in ledger.damaged_lines():
         console.print(f"[yellow]{escape(line)}[/]")
     print_plan(plan, status, todo, console, verbose=args.verbose)
+    if args.gpus:
+        for line in wall_lines(plan, todo, args.gpus, args.cpus or 16 * args.gpus):
+            console.print(escape(line))
     by = Counter((t.scenario, t.dataset if t.source_dataset in ("", t.dataset) else f"{t.source_dataset}->{t.dataset}",
                   t.direction, t.backbone_label, _backbone_config(t)) for t in plan.trials)
     for (scenario, where, d, b, config), n in by.items():

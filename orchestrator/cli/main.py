@@ -39,7 +39,8 @@ paths not on disk, and the estimated GPU-hours and CPU-hours of what remains to 
 size of your videos where they are on disk: up to 16 headers read per dataset; else typical sizes, said so).
 examples:
   mlvp plan quickstart
-  MLVP_DATA=/data/mlvp mlvp plan full_mlvp --verbose      # and every figure of the cost model with its source""",
+  MLVP_DATA=/data/mlvp mlvp plan full_mlvp --verbose      # and every figure of the cost model with its source
+  MLVP_DATA=/data/mlvp mlvp plan full_mlvp --gpus 8       # and its wall time on one 8-GPU node""",
     "status": """exit status: 0 every cell done, 1 some failed or damaged, 3 some never run (none failed).
 examples:
   mlvp status quickstart
@@ -89,6 +90,16 @@ def _tolerance(p: argparse.ArgumentParser) -> None:
                    help=f"R@1 points a clean result may fall below the paper's (default {DEFAULT_TOLERANCE:g})")
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mlvp",
@@ -130,6 +141,10 @@ def _parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--verbose", "-v", action="store_true", help="also every figure of the cost model and where it "
                    "was measured (orchestrator/planning/cost_model.py)")
+    p.add_argument("--gpus", type=_positive_int, default=None, metavar="N", help="also the wall time of what remains "
+                   "on a cluster of N GPUs, in fp32 and bf16, from the cost model")
+    p.add_argument("--cpus", type=_positive_int, default=None, metavar="C", help="the CPUs that render beside those "
+                   "GPUs (default: 16 per GPU, as on one H200 node)")
 
     p = add("check", "clean retrieval of every checkpoint the grid uses, beside the paper's clean numbers (fine-"
             "tunes missing checkpoints and renders clean clips first; results go to the ledger and gallery cache)")

@@ -340,8 +340,11 @@ class PlanCosts:
     """The cost of every unit of one plan under a CostModel: what `estimate` sums, what `submit` orders render sets by
     and what benchmarks/cluster_sim.py sleeps. None where a dataset's clip count is unknown (no annotations)."""
 
-    def __init__(self, plan: Plan, cost: CostModel | None = None, clips: dict[str, ClipSize] | None = None):
-        self.plan, self.cost = plan, cost or CostModel()
+    def __init__(self, plan: Plan, cost: CostModel | None = None, clips: dict[str, ClipSize] | None = None,
+                 precision: str | None = None):
+        """`precision`: price every trial and fine-tune at it ("fp32" or "bf16") instead of the grid's (`plan
+        --gpus` prints both)."""
+        self.plan, self.cost, self.precision = plan, cost or CostModel(), precision
         self.counts = plan.clip_counts()
         self.slots = self.cost.slots_per_gpu(plan.grid.runtime.gpus_per_trial)
         if clips is not None:
@@ -368,12 +371,14 @@ class PlanCosts:
 
     def trial_gpu_seconds(self, spec: TrialSpec) -> float | None:
         n = self.counts.get(spec.dataset)
-        return None if n is None else self.cost.trial_gpu_seconds(n, spec.batch_size, spec.precision, self.slots)
+        return None if n is None else self.cost.trial_gpu_seconds(n, spec.batch_size, self.precision or spec.precision,
+                                                                  self.slots)
 
     def trial_slot_seconds(self, spec: TrialSpec) -> float | None:
         """Seconds the trial holds its GPU slot (what it takes on a cluster, and what the simulated cluster sleeps)."""
         n = self.counts.get(spec.dataset)
-        return None if n is None else self.cost.trial_seconds(n, spec.batch_size, spec.precision, self.slots)
+        return None if n is None else self.cost.trial_seconds(n, spec.batch_size, self.precision or spec.precision,
+                                                              self.slots)
 
     def gallery_gpu_seconds(self, encoding: tuple) -> float | None:
         """A gallery encoding, keyed as Plan.gallery_encodings: (backbone, model version, dataset, ...)."""
@@ -397,7 +402,7 @@ class PlanCosts:
         pairs = self.train_pairs(model.train_dataset) if ft.published is not None else 0
         if pairs is None:
             return None
-        per_image = self.cost.finetune_step_seconds(1, 1, ft.precision)
+        per_image = self.cost.finetune_step_seconds(1, 1, self.precision or ft.precision)
         return ft.step_count(pairs) * ft.images_per_step() * per_image
 
     def clip_lines(self) -> list[str]:
@@ -454,6 +459,50 @@ def estimate(costs: PlanCosts, work) -> Estimate:   # work: orchestrator/plannin
     out.unknown += [f"fine-tuning {m.backbone}/{m.train_dataset} (no train annotations)" for m, s in finetunes
                     if s is None]
     return out
+
+
+# the overlapped hand-off's makespan over its lower bound on the simulated full matrix, render sets in Johnson's order
+# (benchmarks/cluster_sim.py; docs/notes/2026-11-results-history.md §11)
+MEASURED_OVER_BOUND = 1.14
+
+
+@dataclass(frozen=True)
+class WallTime:
+    """A plan's wall time on `gpus` GPUs and `cpus` CPUs, from its `Estimate`: no schedule beats `bound_s`, the largest
+    of the GPU work spread over every GPU (trials, gallery encodings, fine-tunes), the rendering spread over every CPU,
+    and the longest single fine-tune (a checkpoint's trials wait for it); `expected_s` is the bound times what the
+    simulated cluster measured for this project's schedule (MEASURED_OVER_BOUND)."""
+
+    gpus: int
+    cpus: int
+    gpu_s: float
+    render_s: float
+    finetune_s: float
+
+    @property
+    def bound_s(self) -> float:
+        return max(self.gpu_s / self.gpus, self.render_s / self.cpus, self.finetune_s)
+
+    @property
+    def expected_s(self) -> float:
+        return self.bound_s * MEASURED_OVER_BOUND
+
+    @property
+    def limit(self) -> str:
+        """What sets the bound: "GPUs", "rendering" or "the longest fine-tune"."""
+        parts = {"GPUs": self.gpu_s / self.gpus, "rendering": self.render_s / self.cpus,
+                 "the longest fine-tune": self.finetune_s}
+        return max(parts, key=parts.get)
+
+
+def wall_time(costs: PlanCosts, work, gpus: int, cpus: int) -> WallTime:
+    """`work`'s wall time on `gpus` GPUs and `cpus` CPUs under `costs` (its precision: the grid's, or the one it
+    prices at); datasets whose clip counts are unknown count nothing, as in `estimate`."""
+    if gpus < 1 or cpus < 1:
+        raise ValueError(f"a cluster has at least one GPU and one CPU, got {gpus} GPUs and {cpus} CPUs")
+    est = estimate(costs, work)
+    longest = max((s for m in work.checkpoints if (s := costs.checkpoint_gpu_seconds(m)) is not None), default=0.0)
+    return WallTime(gpus, cpus, est.gpu_h * 3600, est.render_cpu_s + est.text_cpu_s, longest)
 
 
 def train_pairs(dataset: DatasetPlan) -> int | None:

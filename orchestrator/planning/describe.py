@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from orchestrator.planning.cost_model import CostModel, PlanCosts, estimate
+from orchestrator.planning.cost_model import MEASURED_OVER_BOUND, CostModel, PlanCosts, estimate, wall_time
 from orchestrator.planning.plan import Plan
 from orchestrator.planning.work import all_work, remaining_work
 from workloads.spec import CLEAN
@@ -73,3 +73,27 @@ def sizing_lines(plan: Plan, cost: CostModel | None = None, todo: list | None = 
         lines.append("cost model figures (orchestrator/planning/cost_model.py):")
         lines.extend(f"  {line}" for line in costs.cost.describe())
     return lines
+
+
+def wall_lines(plan: Plan, todo: list | None, gpus: int, cpus: int, cost: CostModel | None = None) -> list[str]:
+    """`plan --gpus N`: the wall time of the grid (or of what remains, `todo`) on N GPUs and `cpus` CPUs, in fp32 and
+    in bf16, from the cost model (orchestrator/planning/cost_model.py `wall_time`); what sets it, and its sources."""
+    if todo is not None and not todo:
+        return [f"on {gpus} GPUs: nothing remains to run"]
+    work = all_work(plan) if todo is None else remaining_work(plan, todo)
+    times = {p: wall_time(PlanCosts(plan, cost, precision=p), work, gpus, cpus) for p in ("fp32", "bf16")}
+    if all(w.bound_s == 0 for w in times.values()):
+        return [f"on {gpus} GPUs: wall time unknown until the annotations are on disk (the cost model needs the clip "
+                f"counts)"]
+    what = "the grid" if todo is None else f"what remains ({len(todo)} trials)"
+    lines = [f"wall time of {what} on {gpus} GPUs and {cpus} CPUs (cost model; at least the bound, expected "
+             f"{MEASURED_OVER_BOUND}x it as the simulated cluster measured):"]
+    for precision, w in times.items():
+        lines.append(f"  {precision}: expected {_hours(w.expected_s)}, at least {_hours(w.bound_s)} (set by "
+                     f"{w.limit}: GPU work {w.gpu_s / 3600:,.1f} GPU-h / {gpus}, rendering {w.render_s / 3600:,.1f} "
+                     f"CPU-h / {cpus}, longest fine-tune {_hours(w.finetune_s)})")
+    return lines
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds / 60:,.0f} min"
