@@ -1,0 +1,261 @@
+"""Stream protocols (workloads/protocols, docs/protocols.md): their plans, the online loop running them
+(workloads/methods/base.py run_stream) on the micro model, and whole trials (workloads/trial.py) under them."""
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from workloads.backbones import create_backbone
+from workloads.methods import METHODS, Gallery, QueryBatch, create_method, iter_batches, run_stream
+from workloads.options import OptionError
+from workloads.protocols import PROTOCOLS, StreamSetup, check_batch_size, create_protocol, method_cost
+from workloads.protocols.base import clusters_runs
+from workloads.protocols.correlated import dirichlet_order, kmeans, query_clusters
+from workloads.protocols.gradual import ramp
+
+
+# -- plans ----------------------------------------------------------------------------------------------------------
+def test_registry_lists_every_protocol_default_first():
+    assert PROTOCOLS.names() == ("reset_each_shift", "continual", "gradual", "mixed_domains", "correlated",
+                                 "episodic", "offline", "budgeted")
+    assert create_protocol("").name == "reset_each_shift"
+    with pytest.raises(OptionError, match="protocol 'offline': option 'epochs'"):
+        create_protocol("offline", epochs=0)
+
+
+def test_reset_each_shift_plan_is_todays_batching():
+    plan = create_protocol("reset_each_shift").plan(StreamSetup(n=40, batch_size=16))
+    assert [b.items for b in plan] == [tuple(range(0, 16)), tuple(range(16, 32)), tuple(range(32, 40))]
+    assert [(b.adapt, b.score, b.reset) for b in plan] == [(True, True, True)] + [(True, True, False)] * 2
+
+
+def test_gradual_order_is_one_to_five_to_one_per_perturbation():
+    assert ramp(5) == [1, 2, 3, 4, 5, 4, 3, 2, 1]
+    segments = PROTOCOLS["gradual"].default_segments(["gaussian_noise", "shot_noise"], [1, 3, 5])
+    assert segments == [("gaussian_noise", s) for s in ramp(5)] + [("shot_noise", s) for s in ramp(5)]
+    # the stream visits the segments in that order, never resetting after the first batch
+    plan = create_protocol("gradual").plan(StreamSetup(n=20, segments=len(segments), batch_size=16))
+    seen = [b.items[0] // 20 for b in plan]
+    assert seen == sorted(seen) and sorted(set(seen)) == list(range(len(segments)))
+    assert [b.reset for b in plan] == [True] + [False] * (len(plan) - 1)
+
+
+def test_continual_default_sequence_is_registry_order_at_the_top_severity():
+    assert PROTOCOLS["continual"].default_segments(["a", "b", "c"], [1, 5]) == [("a", 5), ("b", 5), ("c", 5)]
+
+
+def test_mixed_domains_shuffles_every_segment_into_one_stream_by_the_seed():
+    setup = StreamSetup(n=30, segments=3, batch_size=16, seed=1)
+    plan = create_protocol("mixed_domains").plan(setup)
+    items = [i for b in plan for i in b.items]
+    assert sorted(items) == list(range(90)) and items != sorted(items)
+    assert len({i // 30 for i in plan[0].items}) > 1          # batches mix segments
+    again = create_protocol("mixed_domains").plan(setup)
+    other = create_protocol("mixed_domains").plan(StreamSetup(n=30, segments=3, batch_size=16, seed=2))
+    assert [b.items for b in again] == [b.items for b in plan] != [b.items for b in other]
+
+
+def test_episodic_resets_before_every_batch_and_offline_adapts_then_scores():
+    setup = StreamSetup(n=40, batch_size=16)
+    assert all(b.reset for b in create_protocol("episodic").plan(setup))
+    plan = create_protocol("offline", epochs=2).plan(setup)
+    assert [(b.adapt, b.score) for b in plan] == [(True, False)] * 6 + [(False, True)] * 3
+    assert [b.reset for b in plan] == [True] + [False] * 8
+
+
+@pytest.mark.parametrize("n_batches", [1, 6, 7, 8])
+def test_budgeted_with_k3_adapts_on_exactly_ceil_n_over_3_batches(n_batches):
+    plan = create_protocol("budgeted").plan(StreamSetup(n=16 * n_batches - 3, batch_size=16, cost=3))
+    assert len(plan) == n_batches
+    assert [i for i, b in enumerate(plan) if b.adapt] == list(range(0, n_batches, 3))
+    assert sum(b.adapt for b in plan) == math.ceil(n_batches / 3) and all(b.score for b in plan)
+
+
+def test_method_cost_counts_declared_passes():
+    cost = {name: method_cost(METHODS[name], steps=3) for name in METHODS.names()}
+    # Source one forward; Tent 3 x (1 + 2); SAR two forward/backward passes per step; DeYO an extra forward
+    assert cost["source"] == cost["tcr_untrained"] == 1
+    assert cost["tent"] == cost["tcr"] == cost["hat_vtr"] == 9
+    assert cost["sar"] == 18 and cost["deyo"] == 12
+    assert method_cost(METHODS["tent"], steps=1, backward_cost=1.0) == 2
+
+
+def test_methods_needing_a_batch_statistic_refuse_small_batches_in_one_line():
+    check_batch_size(METHODS["tent"], 1)
+    check_batch_size(METHODS["tcr"], 4)
+    for name in ("tcr", "hat_vtr", "tcr_untrained"):
+        with pytest.raises(OptionError, match=f"method '{name}' needs batches of at least 4 queries") as err:
+            check_batch_size(METHODS[name], 1)
+        assert "\n" not in str(err.value)
+
+
+# -- correlated order -----------------------------------------------------------------------------------------------
+def _labels(k=5, size=40, seed=0):
+    return np.random.default_rng(seed).permutation(np.repeat(np.arange(k), size))
+
+
+def test_correlated_order_with_tiny_alpha_gives_long_single_cluster_runs():
+    labels = _labels()
+    order = dirichlet_order(labels, alpha=1e-3, slot=40, seed=0)
+    assert sorted(order) == list(range(len(labels)))
+    runs = clusters_runs(labels[order])
+    # 5 clusters of 40: almost every cluster arrives in one piece
+    assert len(runs) <= 10 and max(runs) >= 35, runs
+    assert len(clusters_runs(labels)) > 100   # the input order was i.i.d.
+
+
+def _transition_chi2(seq, k):
+    t = np.zeros((k, k))
+    for a, b in zip(seq[:-1], seq[1:]):
+        t[a, b] += 1
+    expected = t.sum(1, keepdims=True) * t.sum(0, keepdims=True) / t.sum()
+    chi2 = float(((t - expected) ** 2 / expected).sum())
+    return chi2, stats.chi2.sf(chi2, (k - 1) ** 2)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_correlated_order_with_huge_alpha_passes_a_test_of_independence(seed):
+    labels = _labels(seed=seed)
+    _, p_iid = _transition_chi2(labels[dirichlet_order(labels, alpha=1e6, slot=40, seed=seed)], 5)
+    assert p_iid > 0.001
+    # the same test rejects the cluster-correlated order and a cluster-sorted one
+    _, p_small = _transition_chi2(labels[dirichlet_order(labels, alpha=0.01, slot=40, seed=seed)], 5)
+    _, p_sorted = _transition_chi2(np.sort(labels), 5)
+    assert p_small < 1e-6 and p_sorted < 1e-6
+
+
+def test_clusters_come_from_kmeans_over_the_ground_truth_items():
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(4, 8)) * 10
+    gallery = np.repeat(centres, 10, axis=0) + rng.normal(size=(40, 8))
+    labels = kmeans(gallery, 4, seed=0)
+    # the four well-separated groups are found (up to naming), and a seed gives the same labels
+    assert len({tuple(np.flatnonzero(labels == c)) for c in range(4)}) == 4
+    assert all(len(set(labels[10 * g:10 * g + 10])) == 1 for g in range(4))
+    assert np.array_equal(labels, kmeans(gallery, 4, seed=0))
+    gt = [39, 0, 15]
+    assert query_clusters(gallery, gt, 4, seed=0).tolist() == labels[gt].tolist()
+    plan = create_protocol("correlated", alpha=1e-3, k=4).plan(StreamSetup(n=40, clusters=labels.tolist()))
+    assert len(clusters_runs(labels[[i for b in plan for i in b.items]])) <= 8
+
+
+# -- the loop under a protocol (micro model) --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def micro():
+    """A micro CLIP4Clip, a v2t gallery of 40 captions, and two query segments of the same 40 clips: as they are
+    (A) and with strong noise (B)."""
+    torch.manual_seed(0)
+    model = create_backbone("clip4clip", "mlvp-micro")
+    g = torch.Generator().manual_seed(0)
+    clips = torch.randint(0, 256, (40, 12, 32, 32, 3), dtype=torch.uint8, generator=g)
+    noisy = (clips.float() + 80 * torch.randn(clips.shape, generator=g)).clamp(0, 255).to(torch.uint8)
+    captions = [f"a {c} shape number {i}" for i, c in zip(range(40), ["red", "blue", "green", "pink"] * 10)]
+    with torch.no_grad():
+        gallery = Gallery("v2t", model.encode_text(model.tokenize(captions)))
+        segments = [model.preprocess_frames(clips), model.preprocess_frames(noisy)]
+    return model, gallery, segments
+
+
+def batches_of(plan, segments, n=40):
+    return [QueryBatch(i, torch.stack([segments[item // n][item % n] for item in b.items]))
+            for i, b in enumerate(plan)]
+
+
+def fresh(micro, name="tent", **options):
+    model, gallery, _ = micro
+    return create_method(name, copy.deepcopy(model), "v2t", gallery, lr=1e-3, **options)
+
+
+def test_continual_equals_running_a_then_b_on_the_same_method_without_reset(micro):
+    _, _, segments = micro
+    setup = StreamSetup(n=40, segments=2, batch_size=16)
+    plan = create_protocol("continual").plan(setup)
+    got = run_stream(fresh(micro), batches_of(plan, segments), plan=plan)
+    m = fresh(micro)
+    m.reset()
+    want = torch.cat([m.adapt_and_score(b).float() for seg in segments for b in iter_batches(seg, 16)])
+    assert torch.equal(got, want)
+    # and it is not reset_each_shift: segment B starts from A's adapted weights
+    plan_r = create_protocol("reset_each_shift").plan(setup)
+    reset = run_stream(fresh(micro), batches_of(plan_r, segments), plan=plan_r)
+    assert torch.equal(reset[:40], got[:40]) and not torch.allclose(reset[40:], got[40:])
+
+
+def test_reset_each_shift_plan_equals_the_plain_stream_bit_for_bit(micro):
+    _, _, segments = micro
+    plan = create_protocol("reset_each_shift").plan(StreamSetup(n=40, batch_size=16))
+    for name in ("tent", "sar", "hat_vtr"):
+        with_plan = run_stream(fresh(micro, name), batches_of(plan, segments), plan=plan)
+        plain = run_stream(fresh(micro, name), iter_batches(segments[0], 16))
+        assert torch.equal(with_plan, plain), name
+
+
+def test_episodic_equals_a_fresh_method_per_batch(micro):
+    _, _, segments = micro
+    plan = create_protocol("episodic").plan(StreamSetup(n=40, batch_size=16))
+    m = fresh(micro, "hat_vtr")
+    got = run_stream(m, batches_of(plan, segments), plan=plan)
+    want = torch.cat([fresh(micro, "hat_vtr").adapt_and_score(b).float() for b in iter_batches(segments[0], 16)])
+    assert torch.equal(got, want)
+    assert len(torch.cat(m.query_embeddings)) == 40            # a reset keeps the embeddings of earlier batches
+    online = run_stream(fresh(micro, "hat_vtr"), iter_batches(segments[0], 16))
+    assert not torch.allclose(online[16:], got[16:])
+
+
+def test_budgeted_adapts_on_every_kth_batch_and_scores_the_others_with_current_weights(micro):
+    _, _, segments = micro
+    plan = create_protocol("budgeted").plan(StreamSetup(n=40, batch_size=4, cost=3))   # 10 batches
+    m = fresh(micro)
+    adapted, states = [], []
+    original = m.adapt_and_score
+
+    def counting(batch):
+        adapted.append(batch.index)
+        return original(batch)
+
+    m.adapt_and_score = counting
+    run_stream(m, batches_of(plan, segments), plan=plan,
+               progress=lambda i, n: states.append([p.detach().clone() for p in m.params]))
+    assert adapted == [0, 3, 6, 9] and len(adapted) == math.ceil(10 / 3)
+    # weights change only on adapting batches
+    for i in range(1, 10):
+        same = all(torch.equal(a, b) for a, b in zip(states[i - 1], states[i]))
+        assert same == (i not in adapted), i
+
+
+def test_offline_scores_every_query_with_the_final_weights(micro):
+    _, _, segments = micro
+    plan = create_protocol("offline").plan(StreamSetup(n=40, batch_size=16))
+    m = fresh(micro)
+    got = run_stream(m, batches_of(plan, segments), plan=plan)
+    assert got.shape == (40, 40) and len(torch.cat(m.query_embeddings)) == 40
+    with torch.no_grad():
+        final = torch.cat([m.forward_output(b).scores for b in iter_batches(segments[0], 16)])
+    assert torch.equal(got, final)
+    online = run_stream(fresh(micro), iter_batches(segments[0], 16))
+    assert not torch.allclose(online, got)
+
+
+@pytest.mark.parametrize("name,options", [("source", {}), ("tent", {}), ("eata", {}), ("read", {}), ("sar", {}),
+                                          ("tcr", {}), ("hat_vtr", {}),
+                                          ("deyo", {"deyo_margin": 100.0, "filter_plpd": False})])
+def test_declared_passes_equal_the_counted_forwards_and_backwards(micro, name, options):
+    _, _, segments = micro
+    m = fresh(micro, name, **options)
+    counts = {"forward": 0, "backward": 0}
+    encode = m.encode_queries
+
+    def counting(batch):
+        counts["forward"] += 1
+        return encode(batch)
+
+    m.encode_queries = counting
+    if m.params:
+        m.params[0].register_hook(lambda g: counts.__setitem__("backward", counts["backward"] + 1))
+    run_stream(m, iter_batches(segments[1], 16))
+    forwards, backwards = type(m).passes
+    per_batch = 1 if not m.adapts else m.steps
+    assert counts == {"forward": 3 * per_batch * forwards, "backward": 3 * per_batch * backwards}
