@@ -259,3 +259,132 @@ def test_declared_passes_equal_the_counted_forwards_and_backwards(micro, name, o
     forwards, backwards = type(m).passes
     per_batch = 1 if not m.adapts else m.steps
     assert counts == {"forward": 3 * per_batch * forwards, "backward": 3 * per_batch * backwards}
+
+
+# -- whole trials (workloads/trial.py) on the micro synthetic dataset ------------------------------------------------
+TRIAL_GRID = {
+    "name": "protocols",
+    "datasets": {"synthetic": {"options": {"n_train": 96, "n_test": 40, "size": 32}}},
+    "models": {"clip_model": "mlvp-micro"},
+    "backbones": ["clip4clip"],
+    "methods": ["source", "tent"],
+    "query_shift": {"datasets": ["synthetic"], "directions": ["v2t", "t2v"], "perturbations": ["gaussian_noise"],
+                    "severities": [5]},
+}
+
+
+@pytest.fixture(scope="module")
+def trials(tmp_path_factory, shared_cache):
+    """The grid's plan, rendered, and a context to run its trials (and protocol variants of them) in."""
+    from orchestrator.config.grid import parse_grid
+    from orchestrator.planning.paths import Paths
+    from orchestrator.planning.plan import build_plan
+    from orchestrator.planning.render_sets import render_keys
+    from workloads.render_cache import RenderCache, render_video
+    from workloads.trial import TrialContext
+
+    tmp = tmp_path_factory.mktemp("protocols")
+    plan = build_plan(parse_grid(TRIAL_GRID, "protocols.yaml"), Paths.make(tmp / "results", shared_cache))
+    cache = RenderCache(tmp / "render")
+    ds = plan.datasets["synthetic"]
+    for pair in ds.test.pairs:
+        assert all(s["status"] == "ok" for s in render_video(pair.video_path, render_keys(plan, "synthetic",
+                                                                                          pair.video_id), cache))
+    ctx = TrialContext(render_cache=str(cache.root), checkpoint=None, dataset_root=ds.root, dataset_options=ds.options,
+                       gallery_cache=str(tmp / "gallery"), scores_dir=str(tmp / "scores"))
+    return {(t.direction, t.method, t.cell): t for t in plan.trials}, ctx
+
+
+def _ok(result):
+    assert result.status == "ok", result.traceback
+    return result
+
+
+@pytest.mark.parametrize("method", ["source", "tent"])
+def test_reset_each_shift_trial_equals_the_unchanged_stream_bit_for_bit(trials, method):
+    """The default trial against the stream rebuilt from the unchanged primitives (the plain batches, run_stream
+    without a plan, the trial's metrics); naming the default protocol changes neither the key nor the result."""
+    from workloads.datasets import create_dataset
+    from workloads.metrics import recall_hits, summarise, tie_rule
+    from workloads.render_cache import RenderCache
+    from workloads.spec import TrialSpec
+    from workloads.trial import _clip_batches, encode_gallery, load_model, query_cells, run, video_groups
+
+    specs, ctx = trials
+    spec = specs[("v2t", method, "gaussian_noise-5")]
+    got = _ok(run(spec, ctx))
+    named = TrialSpec.from_dict({**spec.to_dict(), "protocol": "reset_each_shift"})
+    assert named.key == spec.key and named.protocol == ""
+
+    torch.manual_seed(spec.seed)
+    test = create_dataset(spec.dataset, root=ctx.dataset_root, **ctx.dataset_options).test_split()
+    cache = RenderCache(ctx.render_cache)
+    model = load_model(spec, ctx)
+    rows, _ = video_groups(test)
+    cells = query_cells(spec, len(test))
+    gallery = encode_gallery(spec, model, cache, test, list(range(len(test))), ctx)
+    m = create_method(spec.method, model, "v2t", gallery, steps=spec.steps, faithful=spec.faithful)
+    scores = run_stream(m, _clip_batches(spec, model, cache, test, rows, cells))
+    gt = np.arange(len(rows))
+    want = summarise(scores, gt, k=spec.hub_k, ties=tie_rule(spec.faithful))
+    assert {k: got.metrics[k] for k in want} == want
+    hits = recall_hits(scores, gt, 1, ties=tie_rule(spec.faithful))
+    assert got.query_R1 == [round(float(h), 4) for h in hits]
+    assert got.batch_R1 == [round(100.0 * float(hits[s:s + 16].mean()), 4) for s in range(0, 40, 16)]
+    assert np.array_equal(np.load(got.scores_path), scores.numpy().astype(np.float16))
+    assert got.protocol == {"name": "reset_each_shift", "options": {}, "batches": 3, "adapted": 3, "scored": 3}
+    assert got.running_R1[-1] == [40.0, round(got.metrics["R1"], 4)] and got.segments == []
+
+
+@pytest.mark.parametrize("direction", ["v2t", "t2v"])
+def test_a_continual_trial_scores_each_segment_as_it_passes(trials, direction):
+    """Segments clean then gaussian_noise-5 (t2v: clean twice, its only rendered cell) in one stream: the first
+    segment is the reset-each-shift trial of that cell bit for bit (same start, same queries); the second starts
+    from the first's adapted weights, so it differs from its own reset-each-shift trial."""
+    import dataclasses
+
+    from workloads.trial import run
+
+    specs, ctx = trials
+    second = "gaussian_noise-5" if direction == "v2t" else "clean"
+    # a high learning rate, so that the weights the first segment leaves move the second's scores visibly
+    a, b = (dataclasses.replace(specs[(direction, "tent", cell)], options='{"lr": 0.01}') for cell in ("clean", second))
+    cont = dataclasses.replace(a, perturbation="continual", severity=0, protocol="continual",
+                               segments=f'[["clean", 0], ["{b.perturbation}", {b.severity}]]',
+                               render_assets="")
+    assert cont.key != a.key and cont.cell == "continual" and "continual" in cont.label
+    got, ra, rb = _ok(run(cont, ctx)), _ok(run(a, ctx)), _ok(run(b, ctx))
+    assert got.n_queries == 80 and [s["cell"] for s in got.segments] == ["clean", second]
+    first, after = got.segments
+    assert {k: first[k] for k in ra.metrics if k in first} == {k: ra.metrics[k] for k in ra.metrics if k in first}
+    assert got.query_R1[:40] == ra.query_R1
+    scores, scores_a, scores_b = (np.load(r.scores_path) for r in (got, ra, rb))
+    assert np.array_equal(scores[:40], scores_a) and not np.allclose(scores[40:], scores_b, atol=1e-2)
+    assert after["R1"] == pytest.approx(100 * np.mean(got.query_R1[40:]))
+    assert got.metrics["R1"] == pytest.approx((first["R1"] + after["R1"]) / 2)
+    assert got.protocol["adapted"] == got.protocol["batches"] == 6 and got.running_R1[-1][0] == 80.0
+
+
+def test_budgeted_correlated_and_episodic_trials_record_what_they_ran(trials):
+    import dataclasses
+
+    from workloads.trial import run
+
+    specs, ctx = trials
+    spec = specs[("v2t", "tent", "gaussian_noise-5")]
+    budget = _ok(run(dataclasses.replace(spec, protocol="budgeted"), ctx))
+    # Tent at 3 steps costs 9 forwards a batch: of 3 batches it adapts on the first only
+    assert budget.protocol["k"] == 9 and budget.protocol["adapted"] == 1 and budget.protocol["scored"] == 3
+    assert budget.key != spec.key
+    # Source does not adapt: under the correlated order its scores are the plain stream's, permuted; each query's
+    # R@1 comes back in test-split order, while the batches hold other queries
+    source = specs[("v2t", "source", "gaussian_noise-5")]
+    plain = _ok(run(source, ctx))
+    small = _ok(run(dataclasses.replace(source, protocol="correlated", protocol_options='{"alpha": 0.001, "k": 4}'),
+                    ctx))
+    assert small.protocol["options"]["alpha"] == 0.001 and small.n_queries == 40
+    assert small.query_R1 == plain.query_R1 and small.metrics["R1"] == plain.metrics["R1"]
+    assert np.array_equal(np.load(small.scores_path), np.load(plain.scores_path))
+    assert small.batch_R1 != plain.batch_R1
+    refused = run(dataclasses.replace(spec, method="tcr", protocol="episodic", batch_size=2), ctx)
+    assert refused.status == "failed" and "needs batches of at least 4 queries" in refused.error
