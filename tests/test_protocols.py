@@ -388,3 +388,78 @@ def test_budgeted_correlated_and_episodic_trials_record_what_they_ran(trials):
     assert small.batch_R1 != plain.batch_R1
     refused = run(dataclasses.replace(spec, method="tcr", protocol="episodic", batch_size=2), ctx)
     assert refused.status == "failed" and "needs batches of at least 4 queries" in refused.error
+
+
+# -- the grid axis (orchestrator/config, orchestrator/planning) ------------------------------------------------------
+def _plan(tmp_path, shared_cache, protocols=None, methods=("source", "tent"), severities=(1, 5)):
+    from orchestrator.config.grid import parse_grid
+    from orchestrator.planning.paths import Paths
+    from orchestrator.planning.plan import build_plan
+
+    grid = {**TRIAL_GRID, "methods": list(methods),
+            "query_shift": {**TRIAL_GRID["query_shift"], "directions": ["v2t"],
+                            "perturbations": ["impulse_noise", "gaussian_noise"], "severities": list(severities),
+                            **({"protocols": protocols} if protocols is not None else {})}}
+    return build_plan(parse_grid(grid, "protocols.yaml"), Paths.make(tmp_path / "results", shared_cache))
+
+
+def test_protocols_multiply_the_trials_and_leave_the_defaults_keys_alone(tmp_path, shared_cache):
+    from orchestrator.planning.needs import trial_needs
+    from orchestrator.report.rows import planned_rows
+
+    plain = _plan(tmp_path, shared_cache)
+    assert {t.protocol for t in plain.trials} == {""}
+    plan = _plan(tmp_path, shared_cache, ["reset_each_shift", {"name": "episodic", "batch_size": 4},
+                                          {"name": "correlated", "options": {"alpha": 0.01}}, "continual", "gradual"])
+    by = {}
+    for t in plan.trials:
+        by.setdefault(t.protocol, []).append(t)
+    # the default's trials are today's, key for key; each single-cell protocol once per cell
+    assert {t.key for t in by[""]} == {t.key for t in plain.trials}
+    assert len(by["episodic"]) == len(by["correlated"]) == len(plain.trials) == 2 * 5
+    assert {t.batch_size for t in by["episodic"]} == {4} and by["correlated"][0].protocol_kwargs == {"alpha": 0.01}
+    # one stream per backbone and method: continual over the types in registry order at the top severity, gradual
+    # 1..5..1 per type (here the grid's top severity is 5)
+    (cont, _), (grad, _) = by["continual"], by["gradual"]
+    assert cont.cell == "continual" and cont.segment_cells == [("gaussian_noise", 5), ("impulse_noise", 5)]
+    assert [s for _, s in grad.segment_cells] == ramp(5) * 2
+    assert set(grad.segment_cells) <= set(plan.renders["synthetic"])      # every segment is rendered
+    assert {n for n in trial_needs(plan, grad) if n.startswith("render:")} == {
+        f"render:synthetic/{p}/{s}" for p, s in set(grad.segment_cells)}
+    rows = planned_rows(plan.trials, [])
+    assert set(rows["protocol_label"]) == {"reset_each_shift", "episodic", "correlated", "continual", "gradual"}
+
+
+@pytest.mark.parametrize("protocols,message", [
+    (["episodc"], "query_shift.protocols[0].name: unknown protocol 'episodc' (did you mean 'episodic'?)"),
+    ([{"name": "offline", "options": {"epochs": 0}}], "query_shift.protocols[0].options: protocol 'offline': option "
+                                                      "'epochs' must be an integer >= 1 and <= 100, got 0"),
+    ([{"name": "episodic", "batch_size": 8}], "query_shift.protocols[0].batch_size"),
+    ([{"name": "episodic", "segments": [["gaussian_noise", 5]]}], "runs one cell per trial"),
+    ([{"name": "continual", "segments": [["gaussian_nose", 5]]}], "unknown video perturbation 'gaussian_nose'"),
+    ([{"name": "episodic", "batch_size": 1}], "query_shift.protocols[0].batch_size: method 'tcr' needs batches of "
+                                              "at least 4 queries"),
+])
+def test_a_bad_protocol_entry_is_refused_in_one_line(tmp_path, shared_cache, protocols, message):
+    from orchestrator.config.errors import GridError
+
+    with pytest.raises(GridError) as err:
+        _plan(tmp_path, shared_cache, protocols, methods=("source", "tcr"))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_planned_continual_trial_runs_over_its_rendered_segments(tmp_path, shared_cache):
+    from orchestrator.planning.render_sets import render_keys
+    from workloads.render_cache import RenderCache, render_video
+    from workloads.trial import TrialContext, run
+
+    plan = _plan(tmp_path, shared_cache, ["continual"], severities=(5,))
+    cont = next(t for t in plan.trials if t.method == "tent" and t.protocol == "continual")
+    cache = RenderCache(tmp_path / "render")
+    ds = plan.datasets["synthetic"]
+    for pair in ds.test.pairs:
+        render_video(pair.video_path, render_keys(plan, "synthetic", pair.video_id), cache)
+    ctx = TrialContext(render_cache=str(cache.root), checkpoint=None, dataset_root=ds.root, dataset_options=ds.options)
+    result = _ok(run(cont, ctx))
+    assert [s["cell"] for s in result.segments] == ["gaussian_noise-5", "impulse_noise-5"]
+    assert result.n_queries == 80 and result.protocol["name"] == "continual"
