@@ -463,3 +463,21 @@ def test_a_planned_continual_trial_runs_over_its_rendered_segments(tmp_path, sha
     result = _ok(run(cont, ctx))
     assert [s["cell"] for s in result.segments] == ["gaussian_noise-5", "impulse_noise-5"]
     assert result.n_queries == 80 and result.protocol["name"] == "continual"
+
+
+def test_mixed_domains_scores_each_segment_over_its_own_queries(trials):
+    """Source does not adapt, so a mixed-domains stream (both segments' queries shuffled together) must score each
+    segment exactly as a continual one does: a wrong mapping of the shuffled scores back to their segments fails."""
+    import dataclasses
+
+    from workloads.trial import run
+
+    specs, ctx = trials
+    base = specs[("v2t", "source", "clean")]
+    segments = '[["clean", 0], ["gaussian_noise", 5]]'
+    runs = {name: _ok(run(dataclasses.replace(base, perturbation=name, severity=0, protocol=name, segments=segments),
+                          ctx)) for name in ("continual", "mixed_domains")}
+    cont, mixed = runs["continual"], runs["mixed_domains"]
+    assert mixed.segments == cont.segments and mixed.query_R1 == cont.query_R1
+    assert mixed.segments[0]["R1"] != mixed.segments[1]["R1"] or mixed.segments[0]["MnR"] != mixed.segments[1]["MnR"]
+    assert mixed.batch_R1 != cont.batch_R1 and mixed.running_R1[-1] == cont.running_R1[-1]

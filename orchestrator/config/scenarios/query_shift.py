@@ -44,10 +44,15 @@ class QueryShiftConfig:
     protocols: list[Any] = field(default_factory=list)
 
     def protocol_specs(self) -> list:
-        """The `protocols` entries, checked (orchestrator/config/schema.py protocol_entry); [] = the default."""
+        """The `protocols` entries, checked (orchestrator/config/schema.py protocol_entry); [] = the default. Parsed
+        once (the plan asks for every trial)."""
         from orchestrator.config.schema import protocol_entry
 
-        return [protocol_entry(v, f"query_shift.protocols[{i}]") for i, v in enumerate(self.protocols)]
+        key = repr(self.protocols)
+        if self.__dict__.get("_parsed", (None,))[0] != key:
+            self.__dict__["_parsed"] = (key, [protocol_entry(v, f"query_shift.protocols[{i}]")
+                                              for i, v in enumerate(self.protocols)])
+        return self.__dict__["_parsed"][1]
 
     def severities_of(self, level: str) -> list[int]:
         return self.text_severities.get(level, [DEFAULT_SEVERITIES[level]])
