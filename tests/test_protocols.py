@@ -383,6 +383,8 @@ def test_budgeted_correlated_and_episodic_trials_record_what_they_ran(trials):
     small = _ok(run(dataclasses.replace(source, protocol="correlated", protocol_options='{"alpha": 0.001, "k": 4}'),
                     ctx))
     assert small.protocol["options"]["alpha"] == 0.001 and small.n_queries == 40
+    every = _ok(run(dataclasses.replace(source, protocol="episodic", protocol_options='{"every": 10}'), ctx))
+    assert [q for q, _ in every.running_R1] == [10.0, 20.0, 30.0, 40.0]
     assert small.query_R1 == plain.query_R1 and small.metrics["R1"] == plain.metrics["R1"]
     assert np.array_equal(np.load(small.scores_path), np.load(plain.scores_path))
     assert small.batch_R1 != plain.batch_R1

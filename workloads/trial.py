@@ -15,6 +15,10 @@ intervals from it) and label-free signals for choosing hyperparameters without t
 prediction entropy, soft neighbourhood density, and with `spec.source_pairs` R@1 on clean source train pairs after
 adapting. `spec.stream_order` "shuffled" permutes the query stream by the trial's seed.
 
+The stream follows the spec's protocol (workloads/protocols, docs/protocols.md): the default, reset_each_shift, is
+the stream above; others reset, reorder, skip adaptation or span several (perturbation, severity) segments, and the
+result records the protocol, each segment's metrics and the running R@1 along the stream.
+
 A query clip missing from the render cache (its video failed to decode or perturb) is dropped from the stream and
 listed in the result: a corrupt video fails that video, not the trial. In t2v a failed gallery video also drops
 the caption that points at it.

@@ -66,6 +66,9 @@ class Protocol:
     needs_clusters: ClassVar[bool] = False   # StreamSetup.clusters must be given (correlated)
     needs_cost: ClassVar[bool] = False       # StreamSetup.cost is read (budgeted)
     OPTIONS: ClassVar[dict[str, Option]] = {}
+    # options every protocol takes: how often the trial records its running R@1 (workloads/trial.py)
+    COMMON_OPTIONS: ClassVar[dict[str, Option]] = {
+        "every": Option(int, None, min=1, doc="queries between running R@1 points; default: the batch size")}
 
     def __init__(self, **options: Any):
         self.options = type(self).validate_options(options)
@@ -73,7 +76,7 @@ class Protocol:
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
         """Check option names, kinds and ranges (a grid checks them when it loads)."""
-        return check_options(f"protocol {cls.name!r}", options, cls.OPTIONS)
+        return check_options(f"protocol {cls.name!r}", options, {**cls.COMMON_OPTIONS, **cls.OPTIONS})
 
     @classmethod
     def default_segments(cls, perturbations: Sequence[str], severities: Sequence[int]) -> list[tuple[str, int]]:
