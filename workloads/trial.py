@@ -712,7 +712,8 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
         stream_hits = hits[scored]   # in scoring order
         result.batch_R1 = batch_recall(stream_hits, [len(b.items) for b in plan if b.score])
         result.running_R1 = running_recall(stream_hits, protocol.options.get("every") or spec.batch_size)
-        result.protocol = {"name": protocol.name, "options": protocol.options, "batches": len(plan),
+        options = {k: v for k, v in protocol.options.items() if v is not None}   # defaults resolved later: left out
+        result.protocol = {"name": protocol.name, "options": options, "batches": len(plan),
                            "adapted": sum(b.adapt for b in plan), "scored": sum(b.score for b in plan),
                            **({"k": setup.cost} if protocol.needs_cost else {})}
         if spec.segments:
