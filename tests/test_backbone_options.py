@@ -141,7 +141,8 @@ def test_a_spec_without_backbone_options_keeps_its_key():
 
     spec = TrialSpec("synthetic", "v2t", "query_shift", "clean", 0, "source", "clip4clip")
     legacy = {k: v for k, v in spec.to_dict().items()
-              if k not in ("mix", "config", "stream_order", "source_pairs", "backbone_options", "backbone_variant")}
+              if k not in ("mix", "config", "stream_order", "source_pairs", "backbone_options", "backbone_variant",
+                           "protocol", "protocol_options", "segments")}
     assert spec.key == digest({"spec": legacy, "trial": TRIAL_VERSION, "render": RENDER_VERSION}, length=20)
     with_options = TrialSpec("synthetic", "v2t", "query_shift", "clean", 0, "source", "tcd",
                              backbone_options='{"tau": 2.0, "ocr": false}')

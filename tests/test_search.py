@@ -128,7 +128,8 @@ def test_a_grid_without_search_keeps_its_trial_keys(tmp_path):
     from workloads import RENDER_VERSION, TRIAL_VERSION
 
     # left out of a key while at their defaults
-    added = ("mix", "config", "stream_order", "source_pairs", "backbone_options", "backbone_variant")
+    added = ("mix", "config", "stream_order", "source_pairs", "backbone_options", "backbone_variant", "protocol",
+             "protocol_options", "segments")
     spec = {k: v for k, v in plain.trials[0].to_dict().items() if k not in added}
     assert plain.trials[0].key == digest({"spec": spec, "trial": TRIAL_VERSION, "render": RENDER_VERSION}, length=20)
 

@@ -26,7 +26,7 @@ def cell_label(perturbation: str, severity: int) -> str:
 
 # field -> default of the fields added to TrialSpec after keys were first recorded (see TrialSpec.key)
 _ADDED_FIELDS = {"mix": "", "config": "", "stream_order": "", "source_pairs": 0, "backbone_options": "",
-                 "backbone_variant": ""}
+                 "backbone_variant": "", "protocol": "", "protocol_options": "", "segments": ""}
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,11 @@ class TrialSpec:
     backbone_options: str = ""   # the backbone's options that differ from its defaults (workloads/backbones
                                  # `backbone_options`: TCD's ocr, engine, ...) as canonical JSON; "" = none
     backbone_variant: str = ""   # the grid's name for a backbone variant (a table row); "" = the plain backbone
+    protocol: str = ""           # the stream protocol (workloads/protocols, docs/protocols.md); "" = the default,
+                                 # reset_each_shift, which is never spelled out (earlier keys stay valid)
+    protocol_options: str = ""   # its options as canonical JSON; "" = its defaults
+    segments: str = ""           # a multi-segment protocol's (perturbation, severity) segments in stream order, as
+                                 # canonical JSON [[p, s], ...]; then `perturbation` names the column at severity 0
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -77,7 +82,8 @@ class TrialSpec:
             object.__setattr__(self, "mix", Mix.from_json(self.mix).to_json())
         if self.stream_order not in ("", "shuffled"):
             raise ValueError(f"stream_order must be '' (the authors' order) or 'shuffled', got {self.stream_order!r}")
-        if (not self.mix) and (self.perturbation == CLEAN) != (self.severity == 0):
+        self._check_protocol()
+        if (not self.mix) and (not self.segments) and (self.perturbation == CLEAN) != (self.severity == 0):
             raise ValueError(f"clean trials have severity 0 and perturbed ones 1..; got {self.perturbation!r} "
                              f"at severity {self.severity}")
         # canonicalise options so equal dicts give equal keys
@@ -85,6 +91,43 @@ class TrialSpec:
         backbone_options = json.loads(self.backbone_options or "{}")
         object.__setattr__(self, "backbone_options", json.dumps(backbone_options, sort_keys=True)
                            if backbone_options else "")
+
+    def _check_protocol(self) -> None:
+        """Canonicalise the protocol fields: the default protocol with its default options is "" (the key of a trial
+        before protocols); options and segments as canonical JSON."""
+        options = json.loads(self.protocol_options or "{}")
+        segments = [[str(p), int(v)] for p, v in json.loads(self.segments or "[]")]
+        if self.protocol in ("", "reset_each_shift") and not options and not segments:
+            object.__setattr__(self, "protocol", "")
+        elif self.protocol:
+            from workloads.protocols import PROTOCOLS
+
+            cls = PROTOCOLS.lookup(self.protocol)
+            cls.validate_options(options)
+            if cls.multi_segment != bool(segments):
+                raise ValueError(f"protocol {self.protocol!r} " + ("needs its segments" if cls.multi_segment else
+                                                                    "runs one cell: give no segments"))
+            if segments and (self.severity != 0 or self.perturbation == CLEAN or self.mix):
+                raise ValueError(f"a multi-segment trial names its column at severity 0; got {self.perturbation!r} "
+                                 f"at severity {self.severity}")
+        object.__setattr__(self, "protocol_options", json.dumps(options, sort_keys=True) if options else "")
+        object.__setattr__(self, "segments", json.dumps(segments) if segments else "")
+
+    @property
+    def protocol_name(self) -> str:
+        """The protocol's name, the default spelled out."""
+        return self.protocol or "reset_each_shift"
+
+    @property
+    def protocol_kwargs(self) -> dict[str, Any]:
+        return json.loads(self.protocol_options or "{}")
+
+    @property
+    def segment_cells(self) -> list[tuple[str, int]]:
+        """The (perturbation, severity) of each segment in stream order: the trial's own cell when it has one."""
+        if not self.segments:
+            return [(self.perturbation, self.severity)]
+        return [(p, int(v)) for p, v in json.loads(self.segments)]
 
     @property
     def method_options(self) -> dict[str, Any]:
@@ -109,6 +152,8 @@ class TrialSpec:
 
     @property
     def cell(self) -> str:
+        if self.segments:   # a multi-segment trial's column, named by the grid (orchestrator/planning/plan.py)
+            return self.perturbation
         if self.mix:
             from workloads.mixing import Mix
 
@@ -119,7 +164,7 @@ class TrialSpec:
 
     def assets_for(self, perturbation: str) -> str:
         """The asset version a query clip at `perturbation` renders with in this trial."""
-        if self.mix:
+        if self.mix or self.segments:
             return json.loads(self.render_assets or "{}").get(perturbation, "")
         return self.render_assets if perturbation == self.perturbation else ""
 
@@ -133,9 +178,10 @@ class TrialSpec:
 
     @property
     def run_suffix(self) -> str:
-        """What tells a searched configuration or another seed apart in a trial's name: " random-3 seed 1"; "" for
-        the grid's own configuration at seed 0."""
-        return (f" {self.config}" if self.config else "") + (f" seed {self.seed}" if self.seed else "")
+        """What tells a protocol other than the default, a searched configuration or another seed apart in a trial's
+        name: " episodic random-3 seed 1"; "" for the grid's own configuration at seed 0 under the default."""
+        return ((f" {self.protocol}" if self.protocol else "") + (f" {self.config}" if self.config else "")
+                + (f" seed {self.seed}" if self.seed else ""))
 
     @property
     def method_label(self) -> str:
@@ -181,6 +227,12 @@ class TrialResult:
     # whether the method ran as its authors' code does: the grid's `faithful`, false for a method derived from its
     # paper alone (TITAN); None in entries recorded before the field existed
     method_faithful: bool | None = None
+    # the stream protocol as run (docs/protocols.md): name, options, k (budgeted), batches adapted on and scored;
+    # per segment of a multi-segment protocol its cell and metrics (R@1/5/10, MdR, hubness); [queries scored, R@1
+    # so far] along the stream, in scoring order. Empty in entries recorded before protocols
+    protocol: dict[str, Any] = field(default_factory=dict)
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    running_R1: list[list[float]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)   # what the trial says of itself that is neither an error nor a
                                                       # fallback: what a method derived from its paper, a skipped
                                                       # diagnostic

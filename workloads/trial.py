@@ -15,6 +15,10 @@ intervals from it) and label-free signals for choosing hyperparameters without t
 prediction entropy, soft neighbourhood density, and with `spec.source_pairs` R@1 on clean source train pairs after
 adapting. `spec.stream_order` "shuffled" permutes the query stream by the trial's seed.
 
+The stream follows the spec's protocol (workloads/protocols, docs/protocols.md): the default, reset_each_shift, is
+the stream above; others reset, reorder, skip adaptation or span several (perturbation, severity) segments, and the
+result records the protocol, each segment's metrics and the running R@1 along the stream.
+
 A query clip missing from the render cache (its video failed to decode or perturb) is dropped from the stream and
 listed in the result: a corrupt video fails that video, not the trial. In t2v a failed gallery video also drops
 the caption that points at it.
@@ -41,13 +45,14 @@ from workloads.backbones import create_backbone
 from workloads.backbones.model import Features, VideoTextModel
 from workloads.datasets import create_dataset
 from workloads.datasets.base import DatasetError, Split
-from workloads.methods import Gallery, NonFiniteError, QueryBatch, SourceFeatures, create_method, run_stream
+from workloads.methods import METHODS, Gallery, NonFiniteError, QueryBatch, SourceFeatures, create_method, run_stream
+from workloads.protocols import StreamSetup, check_batch_size, create_protocol, method_cost
 from workloads.read_ahead import Waited, read_ahead
 from workloads.metrics import embedding_diagnostics, k_occurrence, recall_hits, summarise, tie_rule
 from workloads.selection import prediction_entropy, soft_neighbourhood_density, source_accuracy
 from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderKey
 from workloads.seeding import digest, rng_for
-from workloads.spec import CLEAN, TrialResult, TrialSpec
+from workloads.spec import CLEAN, TrialResult, TrialSpec, cell_label
 from workloads.text_queries import TextSetKey, read_text_set
 from workloads.video_io import VideoDecodeError, read_frames, resize_center_crop
 
@@ -181,6 +186,21 @@ def _clip_batches(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, te
         return read_clip_batch(cache, keys, ocr_engine, pin)
 
     for b, (frames, side) in enumerate(read_ahead(read, range(0, len(rows), spec.batch_size), ahead)):
+        yield QueryBatch(b, model.preprocess_frames(frames), side=side)
+
+
+def _item_clip_batches(spec: TrialSpec, model: VideoTextModel, cache: RenderCache, test: Split,
+                       batches: list[list[tuple[int, tuple[str, int]]]], ahead: int = 0):
+    """Yield the QueryBatches of a protocol's plan: batch b holds the clips `batches[b]` ((row, cell) each), read
+    `ahead` batches behind the one being computed, as `_clip_batches` reads a plain stream."""
+    ocr_engine = model.pooling.ocr_engine if "ocr" in model.video_inputs else None
+    pin = model.pixel_mean.device.type == "cuda"
+
+    def read(b: int):
+        keys = [render_key(spec, test.pairs[row].video_id, *cell) for row, cell in batches[b]]
+        return read_clip_batch(cache, keys, ocr_engine, pin)
+
+    for b, (frames, side) in enumerate(read_ahead(read, range(len(batches)), ahead)):
         yield QueryBatch(b, model.preprocess_frames(frames), side=side)
 
 
@@ -463,12 +483,53 @@ def source_r1(spec: TrialSpec, model: VideoTextModel, ctx: TrialContext) -> tupl
         return source_accuracy(model, spec.direction, clips["frames"], clips["captions"], spec.batch_size), ""
 
 
-def batch_recall(scores, gt, batch_size: int, ties: str, gallery_groups=None) -> list[float]:
-    """R@1 (%) of each stream batch: row i of the final score matrix is query i scored when its batch was adapted
-    on (workloads/methods run_stream), so consecutive `batch_size` rows are one step of the stream. Same tie rule and
-    positives as the trial's R@1, so the batches average to it."""
-    hit = recall_hits(scores, gt, 1, ties=ties, gallery_groups=gallery_groups)
-    return [round(100.0 * float(hit[s:s + batch_size].mean()), 4) for s in range(0, len(hit), batch_size)]
+def batch_recall(hits: np.ndarray, lengths: list[int]) -> list[float]:
+    """R@1 (%) of each scored stream batch: `hits` (each query's share of R@1, under the trial's tie rule and
+    positives) in scoring order, cut into consecutive batches of `lengths` (workloads/methods run_stream scores a
+    batch when it adapts on it, or with its current weights). The batches average to the trial's R@1."""
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(int)
+    return [round(100.0 * float(hits[s:s + k].mean()), 4) for s, k in zip(starts, lengths)]
+
+
+def running_recall(hits: np.ndarray, every: int) -> list[list[float]]:
+    """[queries scored, R@1 (%) over them] every `every` queries along the stream (`hits` in scoring order), and at
+    its end: the "R@1 over the stream" of docs/protocols.md."""
+    ends = sorted(set(range(every, len(hits), every)) | {len(hits)})
+    total = np.cumsum(hits, dtype=np.float64)
+    return [[float(e), round(100.0 * float(total[e - 1]) / e, 4)] for e in ends]
+
+
+def _segment_spec(spec: TrialSpec, cell: tuple[str, int]) -> TrialSpec:
+    """The spec of one segment's cell, as a reset-each-shift trial of that cell would have it (its render keys,
+    text sets and cached shifted queries are that trial's); the spec itself when it has no segments."""
+    if not spec.segments:
+        return spec
+    return dataclasses.replace(spec, perturbation=cell[0], severity=cell[1], segments="", protocol="",
+                               protocol_options="", render_assets=spec.assets_for(cell[0]))
+
+
+def _stream_setup(spec: TrialSpec, protocol, method, n: int, n_segments: int, gallery_z: torch.Tensor,
+                  gt: np.ndarray, gallery_groups) -> StreamSetup:
+    """What the protocol plans from: the correlated order's query clusters (k-means over the source model's gallery
+    embeddings, read at each query's ground-truth item: for grouped positives the group's first item) and the
+    budgeted protocol's relative cost k (the grid's, else counted from the method's passes)."""
+    clusters = None
+    if protocol.needs_clusters:
+        from workloads.protocols.correlated import query_clusters
+
+        if gallery_groups is None:
+            items = gt
+        else:
+            first: dict[int, int] = {}
+            for i, g in enumerate(np.asarray(gallery_groups).tolist()):
+                first.setdefault(g, i)
+            items = [first[int(g)] for g in gt]
+        clusters = query_clusters(gallery_z.cpu().numpy(), items, protocol.options["k"], spec.seed).tolist()
+    cost = 1
+    if protocol.needs_cost:
+        cost = protocol.options["k"] or method_cost(type(method), spec.steps, protocol.options["backward_cost"])
+    return StreamSetup(n=n, segments=n_segments, batch_size=spec.batch_size, seed=spec.seed, clusters=clusters,
+                       cost=cost)
 
 
 def _environment(ctx: TrialContext) -> dict[str, str]:
@@ -498,13 +559,29 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
         # queries and gallery by video (workloads.metrics: several positives per query): with one caption per
         # video the groups are 0..n-1 and nothing changes; with several (MSVD `captions: all`) v2t has one query per
         # video scored by its best-ranked caption, t2v one query per caption against one gallery clip per video
+        protocol = create_protocol(spec.protocol, **spec.protocol_kwargs)
+        if spec.protocol:   # the default keeps running every batch size, as it always has
+            check_batch_size(METHODS.lookup(spec.method), spec.batch_size)
+        segments = spec.segment_cells
+        # queries and gallery by video (workloads.metrics: several positives per query): with one caption per
+        # video the groups are 0..n-1 and nothing changes; with several (MSVD `captions: all`) v2t has one query per
+        # video scored by its best-ranked caption, t2v one query per caption against one gallery clip per video
         video_rows, groups = video_groups(test)
         gallery_groups = None
         if spec.direction == "v2t":
             gallery_rows = list(range(len(test)))
-            video_cells = query_cells(spec, len(video_rows))  # one draw per query (video) in stream order
-            cells = [video_cells[g] for g in groups]
-            query_rows, dropped, metas = _load_clips(spec, cache, test, cells, video_rows)
+            if spec.segments:   # a query runs in every segment: one whose clip is missing at any is dropped
+                seg_cells = [[cell] * len(test) for cell in segments]
+                loaded = [_load_clips(spec, cache, test, c, video_rows) for c in seg_cells]
+                usable = set.intersection(*(set(rows) for rows, _, _ in loaded))
+                query_rows = [r for r in video_rows if r in usable]
+                dropped = [{**d, "cell": cell_label(*cell)} for cell, (_, ds, _) in zip(segments, loaded) for d in ds]
+                metas = [m for _, _, ms in loaded for m in ms]
+            else:
+                video_cells = query_cells(spec, len(video_rows))  # one draw per query (video) in stream order
+                cells = [video_cells[g] for g in groups]
+                seg_cells = [cells]
+                query_rows, dropped, metas = _load_clips(spec, cache, test, cells, video_rows)
             query_rows = stream_rows(spec, query_rows)
             gt = groups[query_rows]                          # the query's video: positives are its captions
             if len(video_rows) < len(test):
@@ -512,15 +589,16 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
             result.faithful_renders = float(np.mean([m["faithful"] for m in metas])) if metas else None
             result.fallbacks = sorted({m["fallback"] for m in metas if m.get("fallback")})
         else:
-            captions, faithful, fallbacks = _text_queries(spec, test, ctx)
+            seg_texts = [_text_queries(_segment_spec(spec, cell), test, ctx) for cell in segments]
             gallery_rows, dropped, _ = _load_clips(spec, cache, test, [(CLEAN, 0)] * len(test), video_rows)
             position = {int(groups[r]): j for j, r in enumerate(gallery_rows)}
             # a caption whose video failed has no match: drop it
             query_rows = stream_rows(spec, [i for i in range(len(test)) if int(groups[i]) in position])
             gt = np.asarray([position[int(groups[i])] for i in query_rows], dtype=np.int64)
-            if faithful is not None:
-                result.faithful_renders = float(np.mean([faithful[i] for i in query_rows])) if query_rows else None
-                result.fallbacks = fallbacks
+            if any(faithful is not None for _, faithful, _ in seg_texts):
+                flags = [f[i] for _, f, _ in seg_texts if f is not None for i in query_rows]
+                result.faithful_renders = float(np.mean(flags)) if flags else None
+                result.fallbacks = sorted({x for _, _, fb in seg_texts for x in fb})
         result.dropped = dropped
         if not query_rows:
             raise RuntimeError(f"no usable queries: all {len(video_rows)} clips are missing or failed "
@@ -528,18 +606,36 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
 
         gallery = encode_gallery(spec, model, cache, test, gallery_rows, ctx)
         result.timings["gallery_s"] = time.perf_counter() - t0
+        n = len(query_rows)
         if spec.direction == "v2t":
-            ensure_side_inputs(spec, model, cache, test, query_rows, cells)
+            for cells in seg_cells:
+                ensure_side_inputs(spec, model, cache, test, query_rows, cells)
 
-            def batches():
-                return _clip_batches(spec, model, cache, test, query_rows, cells, ctx.read_ahead)
+            def segment_batches(s: int):
+                return _clip_batches(spec, model, cache, test, query_rows, seg_cells[s], ctx.read_ahead)
+
+            def stream_batches(plan):
+                groups_ = [[(query_rows[i % n], seg_cells[i // n][query_rows[i % n]]) for i in b.items] for b in plan]
+                return _item_clip_batches(spec, model, cache, test, groups_, ctx.read_ahead)
         else:
-            texts = [captions[i] for i in query_rows]
-            tokens = model.tokenize(texts)
+            seg_query_texts = [[captions[i] for i in query_rows] for captions, _, _ in seg_texts]
+            seg_tokens = [model.tokenize(texts) for texts in seg_query_texts]
 
-            def batches():
-                return (QueryBatch(b, tokens[s:s + spec.batch_size], tuple(texts[s:s + spec.batch_size]))
-                        for b, s in enumerate(range(0, len(query_rows), spec.batch_size)))
+            def segment_batches(s: int):
+                texts, tokens = seg_query_texts[s], seg_tokens[s]
+                return (QueryBatch(b, tokens[j:j + spec.batch_size], tuple(texts[j:j + spec.batch_size]))
+                        for b, j in enumerate(range(0, n, spec.batch_size)))
+
+            def stream_batches(plan):
+                for b, batch in enumerate(plan):
+                    s, j = divmod(batch.items[0], n)
+                    if list(batch.items) == list(range(batch.items[0], batch.items[0] + len(batch.items))) \
+                            and (batch.items[-1] // n) == s:   # a run of one segment: sliced, as always
+                        yield QueryBatch(b, seg_tokens[s][j:j + len(batch.items)],
+                                         tuple(seg_query_texts[s][j:j + len(batch.items)]))
+                    else:
+                        yield QueryBatch(b, torch.stack([seg_tokens[i // n][i % n] for i in batch.items]),
+                                         tuple(seg_query_texts[i // n][i % n] for i in batch.items))
 
         # diagnostics before adaptation: the model is still the unadapted one
         t_diag = time.perf_counter()
@@ -547,12 +643,17 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
         clean_z, why = clean_query_embeddings(spec, model, cache, test, query_rows, ctx)
         if clean_z is None:
             result.notes.append(f"diagnostics on clean queries skipped: {why}")
-        if spec.perturbation == CLEAN and not spec.mix and clean_z is not None:
-            shifted_z = clean_z   # the trial's queries are the clean ones
-        else:
-            shifted_z = shifted_query_embeddings(spec, model, batches, ctx, {
-                "cell": spec.cell, "mix": spec.mix, "seed": spec.seed, "assets": spec.render_assets,
-                "rows": digest(query_rows), "texts": digest(texts) if spec.direction == "t2v" else ""})
+        shifted = []
+        for s, cell in enumerate(segments):
+            seg = _segment_spec(spec, cell)
+            if seg.perturbation == CLEAN and not seg.mix and clean_z is not None:
+                shifted.append(clean_z)   # the segment's queries are the clean ones
+            else:
+                shifted.append(shifted_query_embeddings(seg, model, functools.partial(segment_batches, s), ctx, {
+                    "cell": seg.cell, "mix": seg.mix, "seed": seg.seed, "assets": seg.render_assets,
+                    "rows": digest(query_rows),
+                    "texts": digest(seg_query_texts[s]) if spec.direction == "t2v" else ""}))
+        shifted_z = shifted[0] if len(shifted) == 1 else torch.cat(shifted)
         diagnostics_s = time.perf_counter() - t_diag
 
         method = create_method(spec.method, model, spec.direction, gallery, steps=spec.steps,
@@ -561,18 +662,27 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
             t_source = time.perf_counter()
             method.attach_source(*encode_source(spec, model, ctx, method.source_pairs()))
             result.timings["source_s"] = time.perf_counter() - t_source
+        setup = _stream_setup(spec, protocol, method, n, len(segments), gallery_z, gt, gallery_groups)
+        plan = protocol.plan(setup)
+        scored = np.asarray([i for b in plan if b.score for i in b.items], dtype=np.int64)
+        if sorted(scored.tolist()) != list(range(n * len(segments))):
+            raise RuntimeError(f"protocol {protocol.name!r} must score every query once")
         t1 = time.perf_counter()
-        stream = Waited(batches())
-        scores = run_stream(method, stream, progress=progress)
+        stream = Waited(stream_batches(plan))
+        scores = run_stream(method, stream, progress=progress, plan=plan)
         result.timings["adapt_s"] = time.perf_counter() - t1
         # of which the stream waited for its next batch: on a GPU, time the device had nothing to do
         result.timings["input_wait_s"] = stream.seconds
-        result.timings["per_query_ms"] = 1000 * result.timings["adapt_s"] / len(query_rows)
+        result.timings["per_query_ms"] = 1000 * result.timings["adapt_s"] / len(scored)
+        # the scores in item order (segment-major, each segment in the trial's stream order)
+        in_order = bool((scored == np.arange(len(scored))).all())
+        scores = scores if in_order else scores[torch.from_numpy(np.argsort(scored, kind="stable"))]
+        gt_all = np.tile(gt, len(segments))
         result.method_faithful = spec.faithful and not method.paper_derived
         if method.paper_derived:
             result.notes.append(method.paper_derived)
         result.fallbacks = result.fallbacks + method.fallbacks
-        result.metrics = summarise(scores, gt, k=spec.hub_k, ties=tie_rule(spec.faithful),
+        result.metrics = summarise(scores, gt_all, k=spec.hub_k, ties=tie_rule(spec.faithful),
                                    gallery_groups=gallery_groups)
         t_diag = time.perf_counter()
         stages = {"clean": clean_z, "shifted": shifted_z, "adapted": torch.cat(method.query_embeddings)}
@@ -580,13 +690,16 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
             if z is not None:
                 result.metrics.update(embedding_diagnostics(z, gallery_z, stage))
         result.timings["diagnostics_s"] = diagnostics_s + time.perf_counter() - t_diag
-        result.metrics.update(method.stream_stats(gt, gallery_groups))
+        adapted = [i for b in plan if b.adapt for i in b.items]   # the ground truth in the order adapted on
+        result.metrics.update(method.stream_stats(gt_all[adapted] if adapted else gt_all[:0], gallery_groups))
         # label-free selection signals (workloads/selection.py) and each query's share of R@1 in test-split order,
         # from which the tables bootstrap an interval over queries (orchestrator/config/tables.py)
         result.metrics["pred_entropy"] = prediction_entropy(scores)
         result.metrics["snd"] = soft_neighbourhood_density(stages["adapted"])
-        hits = recall_hits(scores, gt, 1, ties=tie_rule(spec.faithful), gallery_groups=gallery_groups)
-        result.query_R1 = [round(float(h), 4) for h in hits[np.argsort(np.asarray(query_rows), kind="stable")]]
+        hits = recall_hits(scores, gt_all, 1, ties=tie_rule(spec.faithful), gallery_groups=gallery_groups)
+        split_order = np.argsort(np.asarray(query_rows), kind="stable")
+        result.query_R1 = [round(float(h), 4) for s in range(len(segments))
+                           for h in hits[s * n:(s + 1) * n][split_order]]
         if spec.source_pairs:
             t_source = time.perf_counter()
             r1, why = source_r1(spec, model, ctx)
@@ -596,7 +709,17 @@ def run(spec: TrialSpec, ctx: TrialContext, progress: Callable[[int, int], None]
                 result.metrics["source_R1"] = r1
             result.timings["source_eval_s"] = time.perf_counter() - t_source
         result.k_occurrence = k_occurrence(scores, spec.hub_k).tolist()
-        result.batch_R1 = batch_recall(scores, gt, spec.batch_size, tie_rule(spec.faithful), gallery_groups)
+        stream_hits = hits[scored]   # in scoring order
+        result.batch_R1 = batch_recall(stream_hits, [len(b.items) for b in plan if b.score])
+        result.running_R1 = running_recall(stream_hits, protocol.options.get("every") or spec.batch_size)
+        options = {k: v for k, v in protocol.options.items() if v is not None}   # defaults resolved later: left out
+        result.protocol = {"name": protocol.name, "options": options, "batches": len(plan),
+                           "adapted": sum(b.adapt for b in plan), "scored": sum(b.score for b in plan),
+                           **({"k": setup.cost} if protocol.needs_cost else {})}
+        if spec.segments:
+            result.segments = [{"cell": cell_label(*cell), "perturbation": cell[0], "severity": cell[1],
+                                **summarise(scores[s * n:(s + 1) * n], gt, k=spec.hub_k, ties=tie_rule(spec.faithful),
+                                            gallery_groups=gallery_groups)} for s, cell in enumerate(segments)]
         result.n_queries, result.n_gallery = int(scores.shape[0]), int(scores.shape[1])
         if ctx.scores_dir:
             path = Path(ctx.scores_dir) / f"{spec.key}.npy"

@@ -163,6 +163,48 @@ class RuntimeSpec:
     stream_order: str = opt("authors", choices=("authors", "shuffled"))
 
 
+# the batch sizes a protocol may run at (the paper's 16; the small batches of the classification benchmarks)
+BATCH_SIZES = (1, 4, 16, 64)
+
+
+@dataclass
+class ProtocolSpec:
+    """One stream protocol of the query-shift trials (`query_shift.protocols`; docs/protocols.md): each entry
+    multiplies the trials. A bare name is an entry with its defaults."""
+    name: str = "reset_each_shift"           # a registered protocol (workloads/protocols)
+    batch_size: int | None = opt(None, choices=BATCH_SIZES)   # None: runtime.batch_size
+    # a multi-segment protocol's (perturbation, severity) sequence; None: its default (docs/protocols.md)
+    segments: list[list[Any]] | None = None
+    options: dict[str, Any] = field(default_factory=dict)   # the protocol's own (alpha, k, epochs, ...)
+
+
+def protocol_entry(value: Any, where: str) -> ProtocolSpec:
+    """A `query_shift.protocols` entry (a name or a mapping) as a checked ProtocolSpec: a registered name, options
+    in range, segments only for a multi-segment protocol, each a [perturbation, severity] pair. The perturbations'
+    names and which methods a batch size refuses are checked by the scenario, which knows them."""
+    from workloads.protocols import PROTOCOLS
+
+    spec = build(ProtocolSpec, {"name": value} if isinstance(value, str) else value, where)
+    if spec.name not in PROTOCOLS:
+        raise GridError(f"{where}.name: unknown protocol {spec.name!r}{did_you_mean(spec.name, PROTOCOLS.names())}; "
+                        f"known protocols: {', '.join(PROTOCOLS.names())}")
+    cls = PROTOCOLS.lookup(spec.name)
+    try:
+        cls.validate_options(spec.options)   # kept as given: a trial's key names only the options set
+    except OptionError as err:
+        raise GridError(f"{where}.options: {err}") from None
+    if spec.segments is not None:
+        if not cls.multi_segment:
+            raise GridError(f"{where}.segments: protocol {spec.name!r} runs one cell per trial; segments are for "
+                            "continual, gradual and mixed_domains")
+        for i, seg in enumerate(spec.segments):
+            if len(seg) != 2 or not isinstance(seg[0], str) or isinstance(seg[1], bool) or not isinstance(seg[1], int):
+                raise GridError(f"{where}.segments[{i}]: expected [perturbation, severity], got {seg!r}")
+        if not spec.segments:
+            raise GridError(f"{where}.segments: list at least one segment, or leave the key out for the default")
+    return spec
+
+
 @dataclass
 class GridSpec:
     name: str                                # results go to results/<name>/, MLflow experiment mlvp/<name>

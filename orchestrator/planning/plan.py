@@ -298,6 +298,12 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
             renders.setdefault(cell.dataset, [])
             if need not in renders[cell.dataset]:
                 renders[cell.dataset].append(need)
+    streams = protocol_streams(grid)
+    for ds, _, segments in streams:   # a multi-segment protocol reads every segment's render set
+        for need in segments:
+            renders.setdefault(ds, [])
+            if need not in renders[ds]:
+                renders[ds].append(need)
 
 
     embedders: dict[str, tuple[CheckpointKey | None, str, str]] = {}
@@ -319,6 +325,7 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
     configs = {entry: [SearchedConfig(""), *sampled_configs(grid, entry)] for entry in grid.methods}
     source_pairs = grid.search.source_pairs if grid.search is not None else 0
     stream_order = "shuffled" if rt.stream_order == "shuffled" else ""
+    bases: dict[tuple, TrialSpec] = {}   # a v2t query-shift trial per (dataset, seed, backbone, method, config)
     for seed, (scenario, cell) in ((seed, sc) for seed in grid.trial_seeds for sc in cells):
         if cell.mix:  # each type the mix draws renders with its own assets
             assets = json.dumps({p: render_assets[(cell.dataset, p)] for p in Mix.from_json(cell.mix).perturbations
@@ -339,7 +346,8 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
             for entry in grid.methods:
                 method, options, faithful, variant = _method_entry(grid, entry)
                 for config in configs[entry]:
-                    trials.append(TrialSpec(
+                    where = (seed, named, entry, config.name)
+                    trials.extend(protocol_trials(grid, scenario.name, bases, where, TrialSpec(
                         dataset=cell.dataset, direction=cell.direction, scenario=scenario.name,
                         perturbation=cell.perturbation, severity=cell.severity, method=method, backbone=backbone,
                         seed=seed, faithful=faithful, source_dataset=cell.source, clip_model=grid.models.clip_model,
@@ -349,7 +357,8 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
                         options=json.dumps({**options, **config.options}), render_assets=assets, variant=variant,
                         mix=cell.mix, config=config.name, stream_order=stream_order, source_pairs=source_pairs,
                         backbone_options=json.dumps(backbone_options) if backbone_options else "",
-                        backbone_variant=backbone_variant))
+                        backbone_variant=backbone_variant)))
+    trials.extend(stream_trials(streams, bases, render_assets))
     ocr = _ocr_engines(grid, renders)
     notes = [line for scenario in grid.scenarios.values() for line in scenario.notes(grid)]
     notes += source_stage_notes(grid, datasets, [cell for _, cell in cells])
@@ -360,6 +369,70 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
     if missing is not None:   # sizing (`plan`, `submit --dry-run`): what submit would refuse, said up front
         plan.notes.extend(f"submit will refuse this grid: {p}" for p in hub_k_problems(plan))
     return plan
+
+
+def protocol_streams(grid: GridSpec) -> list[tuple[str, object, list[tuple[str, int]]]]:
+    """(dataset, protocol entry, segments) of each multi-segment protocol of `query_shift.protocols` (docs/
+    protocols.md): one v2t trial per dataset, backbone, method and seed spanning the segments (the entry's, else the
+    protocol's default sequence over the grid's video perturbations in registry order and its severities)."""
+    from orchestrator.config.names import known_video_perturbations
+    from workloads.protocols import PROTOCOLS
+
+    qs = grid.query_shift
+    if qs is None or "v2t" not in qs.directions:
+        return []
+    order = known_video_perturbations()
+    perturbations = sorted(qs.perturbations, key=order.index)
+    out = []
+    for entry in qs.protocol_specs():
+        cls = PROTOCOLS.lookup(entry.name)
+        if cls.multi_segment:
+            segments = ([(p, int(v)) for p, v in entry.segments] if entry.segments is not None
+                        else cls.default_segments(perturbations, qs.severities))
+            out += [(ds, entry, segments) for ds in qs.datasets]
+    return out
+
+
+def protocol_trials(grid: GridSpec, scenario: str, bases: dict, where: tuple, spec: TrialSpec) -> list[TrialSpec]:
+    """A planned trial once per single-segment protocol of `query_shift.protocols` (the default alone when it lists
+    none; a protocol other than the default, or another batch size, is a trial of its own); remembers a v2t
+    query-shift trial per (dataset, *where) in `bases`, from which the multi-segment protocols' trials are made."""
+    from workloads.protocols import PROTOCOLS
+
+    qs = grid.query_shift
+    if scenario != "query_shift" or qs is None:
+        return [spec]
+    if spec.direction == "v2t":
+        bases.setdefault((spec.dataset, *where), spec)
+    entries = qs.protocol_specs()
+    if not entries:
+        return [spec]
+    return [dataclasses.replace(spec, protocol=e.name, batch_size=e.batch_size or spec.batch_size,
+                                protocol_options=json.dumps(e.options) if e.options else "")
+            for e in entries if not PROTOCOLS.lookup(e.name).multi_segment]
+
+
+def stream_trials(streams: list, bases: dict, render_assets: dict) -> list[TrialSpec]:
+    """The multi-segment protocols' trials: each base trial of their dataset as one stream over the segments, its
+    column named by the protocol (a second entry of the same protocol: "-2", ...)."""
+    out = []
+    names: Counter = Counter()
+    labels = []
+    for ds, entry, _ in streams:
+        names[(ds, entry.name)] += 1
+        n = names[(ds, entry.name)]
+        labels.append(entry.name if n == 1 else f"{entry.name}-{n}")
+    for (ds, entry, segments), label in zip(streams, labels):
+        assets = json.dumps({p: render_assets[(ds, p)] for p, _ in segments if render_assets.get((ds, p))},
+                            sort_keys=True)
+        for key, base in bases.items():
+            if key[0] == ds:
+                out.append(dataclasses.replace(
+                    base, perturbation=label, severity=0, mix="", render_assets=assets if assets != "{}" else "",
+                    protocol=entry.name, protocol_options=json.dumps(entry.options) if entry.options else "",
+                    segments=json.dumps([[p, v] for p, v in segments]),
+                    batch_size=entry.batch_size or base.batch_size))
+    return out
 
 
 def _check_readable(grid: GridSpec, dp: DatasetPlan, missing: list[MissingPath]) -> None:

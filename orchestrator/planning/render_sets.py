@@ -22,6 +22,8 @@ def trial_render_sets(spec: TrialSpec) -> list[RenderSet]:
     (a mix: every cell it draws and the clean clips), t2v galleries and clean cells the clean clips."""
     if spec.direction != "v2t":
         return [RenderSet(spec.dataset, CLEAN, 0)]
+    if spec.segments:   # a multi-segment protocol's stream (docs/protocols.md): every segment's set
+        return [RenderSet(spec.dataset, p, s) for p, s in spec.segment_cells]
     if spec.mix:
         return [RenderSet(spec.dataset, CLEAN, 0),
                 *(RenderSet(spec.dataset, p, s) for p, s in Mix.from_json(spec.mix).cells())]

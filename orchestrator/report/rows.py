@@ -36,6 +36,7 @@ def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         row = {"key": e["key"], "status": e["status"], **{c: spec.get(c) for c in SPEC_FIELDS}}
         row["row"] = spec.get("variant") or spec["method"]
         row["backbone_label"] = spec.get("backbone_variant") or spec["backbone"]
+        row.update(protocol_columns(spec, e.get("protocol")))
         row.update({m: metrics.get(m) for m in METRICS + HUB + SIGNALS})
         row.update({m: metrics[m] for m in sorted(metrics) if m not in row})
         row["query_R1"] = e.get("query_R1")   # per query (a list, or compact: TrialLedger.entries(lists=False))
@@ -51,6 +52,13 @@ def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def protocol_columns(spec: dict[str, Any], ran: dict[str, Any] | None) -> dict[str, Any]:
+    """`protocol_label`: the trial's stream protocol with the default spelled out (docs/protocols.md; entries before
+    protocols ran the default); `protocol_k`: the relative cost a budgeted trial ran at (None otherwise, and for a
+    trial not run)."""
+    return {"protocol_label": spec.get("protocol") or "reset_each_shift", "protocol_k": (ran or {}).get("k")}
+
+
 def planned_rows(specs: Iterable[TrialSpec], entries: list[dict[str, Any]], lists: bool = True) -> pd.DataFrame:
     """One row per planned trial: its axes, `status` (ok / failed / missing) and what the ledger holds; with `lists`,
     also its per-query lists and score file (what the report's plots read)."""
@@ -61,7 +69,7 @@ def planned_rows(specs: Iterable[TrialSpec], entries: list[dict[str, Any]], list
         if e is None:
             d = spec.to_dict()
             row = {"key": spec.key, "status": "missing", **d, "row": d.get("variant") or d["method"],
-                   "backbone_label": spec.backbone_label}
+                   "backbone_label": spec.backbone_label, **protocol_columns(d, None)}
         else:
             row = trial_rows([e])[0]
             if lists:

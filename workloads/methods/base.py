@@ -161,6 +161,11 @@ class TTAMethod:
     paper_derived: ClassVar[str] = ""
     # method-specific options, checked when a grid loads (workloads.options.Option: kind, default, range)
     OPTIONS: ClassVar[dict[str, Option]] = {}
+    # encoder passes of the query tower per step, (forwards, backwards), an upper bound where a step may skip some:
+    # the budgeted protocol's relative cost (workloads/protocols/base.py method_cost; docs/protocols.md: budgeted)
+    passes: ClassVar[tuple[int, int]] = (1, 1)
+    # (the smallest batch, what the method computes over a batch): smaller batches are refused (docs/protocols.md)
+    batch_statistic: ClassVar[tuple[int, str]] = (1, "")
     # options every method takes (they are constructor arguments, not method state)
     COMMON_OPTIONS: ClassVar[dict[str, Option]] = {
         "lr": Option(float, None, above=0, doc="learning rate; default: the method's rate for the direction"),
@@ -333,6 +338,16 @@ class TTAMethod:
         self._keep_embedding(out)
         return scores
 
+    @torch.no_grad()
+    def score_only(self, batch: QueryBatch) -> torch.Tensor:
+        """Score one batch with the current weights, adapting nothing (a budgeted or offline stream's scoring
+        batches; Source's every batch): one forward, the method's `score` (re-ranking memories still read and grow)."""
+        out = self.forward_output(batch)
+        scores = self.score(out, batch)
+        self._check_finite(scores, "scores", batch)
+        self._keep_embedding(out)
+        return scores
+
     @staticmethod
     def _check_finite(x: torch.Tensor, what: str, batch: QueryBatch, step: int | None = None) -> None:
         if not torch.isfinite(x).all():
@@ -347,23 +362,37 @@ class NoAdaptation(TTAMethod):
     """Base for methods that only score (Source)."""
 
     adapts = False
+    passes = (1, 0)
 
     def adapt_and_score(self, batch: QueryBatch) -> torch.Tensor:
-        with torch.no_grad():
-            out = self.forward_output(batch)
-            scores = self.score(out, batch)
-        self._check_finite(scores, "scores", batch)
-        self._keep_embedding(out)
-        return scores
+        return self.score_only(batch)
 
 
-def run_stream(method: TTAMethod, batches: Iterable[QueryBatch], progress=None) -> torch.Tensor:
+def run_stream(method: TTAMethod, batches: Iterable[QueryBatch], progress=None, plan=None) -> torch.Tensor:
     """Run the online stream; returns the concatenated scores [N_query, G] on the CPU (float32).
-    `progress`, if given, is called with (batches_done, queries_done) after every batch."""
+    `progress`, if given, is called with (batches_done, queries_done) after every batch.
+    `plan` (a stream protocol's, workloads/protocols): one StreamBatch per batch, whose flags say whether to reset
+    the method before it (`reset`; the queries' embeddings kept so far stay), adapt on it or only score it
+    (`adapt`), and keep its scores (`score`: offline's adaptation pass drops them, and their embeddings). None is
+    today's stream: reset once, adapt on and keep every batch."""
     method.reset()
+    flags = iter(plan) if plan is not None else None
     rows, n = [], 0
     for i, batch in enumerate(batches):
-        rows.append(method.adapt_and_score(batch).float().cpu())
+        control = next(flags) if flags is not None else None
+        if control is None:
+            rows.append(method.adapt_and_score(batch).float().cpu())
+        else:
+            if control.reset and i > 0:   # before the first batch the method was just reset
+                kept = method.query_embeddings
+                method.reset()
+                method.query_embeddings = kept
+            seen = len(method.query_embeddings)
+            scores = (method.adapt_and_score if control.adapt else method.score_only)(batch)
+            if control.score:
+                rows.append(scores.float().cpu())
+            else:
+                del method.query_embeddings[seen:]
         n += len(batch)
         if progress is not None:
             progress(i + 1, n)

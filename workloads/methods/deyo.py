@@ -108,6 +108,7 @@ def deyo_weighted_entropy(entropy: torch.Tensor, plpd: torch.Tensor, e0: float, 
 
 @register_method("deyo", order=4.5)
 class DeYO(TTAMethod):
+    passes = (2, 1)  # + the no-grad forward of the transformed queries (an upper bound: the kept ones only)
     lr = {"v2t": 3e-5, "t2v": 3e-5}
     OPTIONS = {"deyo_margin": Option(float, 0.5, above=0, doc="entropy filter threshold, a fraction of ln(G)"),
                "margin_e0": Option(float, 0.4, above=0, doc="entropy reweighting margin, a fraction of ln(G)"),

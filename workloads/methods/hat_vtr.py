@@ -184,6 +184,7 @@ class HubnessSuppressionMemory:
 
 @register_method("hat_vtr", order=6)
 class HATVTR(TTAMethod):
+    batch_statistic = (4, "its Reliable Memory takes int(0.3 B) queries by their spread about the batch centre")
     corrected = "HSM memory of the newest K = 100 query rows from the first batch on; Reliable Memory 16 everywhere"
     lr = {"v2t": 3e-4, "t2v": 3e-5}
     OPTIONS = {"alpha": Option(float, 100.0, above=0, doc="HSM column temperature"),

@@ -127,6 +127,7 @@ def sar_second_loss(logits: torch.Tensor, reliable: torch.Tensor, e0: float, fai
 @register_method("sar", order=3)
 class SAR(TTAMethod):
     corrected = "reliable set by 0.4 ln(G) nats, summed second-pass entropies, model recovery on"
+    passes = (2, 2)  # SAM: a forward/backward at w, another at the perturbed w + e (docs/protocols.md: budgeted)
     lr = {"v2t": 3e-5, "t2v": 3e-5}
     OPTIONS = {"margin": Option(float, 0.40, above=0, doc="faithful: a fraction of the batch in (0, 1]; corrected: "
                                                            "a factor of ln(G)"),

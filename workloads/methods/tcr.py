@@ -48,6 +48,7 @@ from workloads.methods.registry import register_method
 @register_method("tcr", order=5)
 class TCR(TTAMethod):
     corrected = "L2-normalised video features, as the official TCR"
+    batch_statistic = (4, "its queue takes int(0.3 B) pairs of a batch and L_UNI its centre")
     lr = {"v2t": 3e-4, "t2v": 3e-4}
     OPTIONS = {"queue_size": Option(int, 16, min=1), "update_batches": Option(int, 10, min=0),
                "select_ratio": Option(float, 0.3, above=0, max=1), "t": Option(float, 0.1, above=0)}

@@ -50,6 +50,7 @@ def rectify_queries(z: torch.Tensor, g: torch.Tensor, scale: float, target_gap: 
 
 @register_method("tcr_untrained", order=5.5)
 class TCRUntrained(NoAdaptation):
+    batch_statistic = (4, "its queue takes int(0.3 B) pairs and Eq. 12 scales queries about the batch centre")
     OPTIONS = {"scale": Option(float, 2.0, above=0, doc="lambda of Eq. 12 (1: no scaling)"),
                "queue_size": Option(int, 16, min=1), "update_batches": Option(int, 10, min=0),
                "select_ratio": Option(float, 0.3, above=0, max=1)}

@@ -184,6 +184,7 @@ class BiasCorrectionHead(nn.Module):
 
 @register_method("titan", order=7, source_stage="bias-correction head")
 class TITAN(TTAMethod):
+    passes = (2, 2)  # + the counterfactual captions' forward, in the loss's graph (upper bound: t2v, when made)
     lr = {"v2t": 1e-5, "t2v": 1e-5}
     paper_derived = ("TITAN (Li et al. 2023), no authors' code: re-matching (Eq. 5), counterfactual word deletion "
                      "(Eq. 6-7), bias-correction head (Eq. 8-14); retrieval loss, updated parameters and score "

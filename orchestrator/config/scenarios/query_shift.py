@@ -39,6 +39,20 @@ class QueryShiftConfig:
     text_perturbations: list[str] = field(default_factory=list)  # text perturbations: they shift t2v queries
     # level (character, word, sentence) -> severities; a level left out takes the authors' default
     text_severities: dict[str, list[int]] = field(default_factory=dict)
+    # stream protocols (docs/protocols.md): names or mappings (orchestrator/config/schema.py ProtocolSpec); each
+    # multiplies the trials; empty: the default alone (reset_each_shift, the paper's)
+    protocols: list[Any] = field(default_factory=list)
+
+    def protocol_specs(self) -> list:
+        """The `protocols` entries, checked (orchestrator/config/schema.py protocol_entry); [] = the default. Parsed
+        once (the plan asks for every trial)."""
+        from orchestrator.config.schema import protocol_entry
+
+        key = repr(self.protocols)
+        if self.__dict__.get("_parsed", (None,))[0] != key:
+            self.__dict__["_parsed"] = (key, [protocol_entry(v, f"query_shift.protocols[{i}]")
+                                              for i, v in enumerate(self.protocols)])
+        return self.__dict__["_parsed"][1]
 
     def severities_of(self, level: str) -> list[int]:
         return self.text_severities.get(level, [DEFAULT_SEVERITIES[level]])
@@ -78,6 +92,34 @@ class QueryShift(Scenario):
             raise GridError("query_shift: no cells: list perturbations or text_perturbations, or set clean: true")
         if c.perturbations and not c.severities:
             raise GridError("query_shift.severities: list at least one severity for the perturbations")
+        self._check_protocols(grid)
+
+    def _check_protocols(self, grid) -> None:
+        """Each protocol entry checked; its segments name video perturbations at severities 1-5; a batch size under
+        the smallest a method's batch statistic needs is refused, naming both."""
+        from workloads.methods import METHODS
+        from workloads.protocols import PROTOCOLS, check_batch_size
+        from workloads.options import OptionError
+
+        specs = self.config.protocol_specs()
+        seen = [repr((s.name, s.batch_size, s.segments, sorted(s.options.items()))) for s in specs]
+        for i, s in enumerate(specs):
+            where = f"query_shift.protocols[{i}]"
+            if seen.index(seen[i]) != i:
+                raise GridError(f"{where}: the same protocol entry twice")
+            for j, (pert, sev) in enumerate(s.segments or []):
+                check_names(f"{where}.segments[{j}]", [pert], known_video_perturbations(), "video perturbation")
+                check_names(f"{where}.segments[{j}]", [sev], [1, 2, 3, 4, 5], "severity")
+            if PROTOCOLS.lookup(s.name).multi_segment and s.segments is None and not self.config.perturbations:
+                raise GridError(f"{where}: protocol {s.name!r} streams the grid's video perturbations: list some "
+                                "under query_shift.perturbations, or give segments")
+            batch = s.batch_size or grid.runtime.batch_size
+            for entry in grid.methods:
+                method = grid.variants[entry].method if entry in grid.variants else entry
+                try:
+                    check_batch_size(METHODS.lookup(method), batch)
+                except OptionError as err:
+                    raise GridError(f"{where}.batch_size: {err}") from None
 
     def cells(self, grid) -> list[Cell]:
         c = self.config
@@ -119,6 +161,8 @@ class QueryShift(Scenario):
         no `metric`: R@1 and k-occurrence skewness, then Table 13's hubness measures clean vs shifted."""
         mine = self.mine(df)
         plain = mine[mine["mix"].fillna("") == ""] if len(mine) and "mix" in mine else mine
+        if len(plain) and "protocol" in plain:   # the paper's protocol at the grid's batch size (docs/protocols.md)
+            plain = plain[(plain["protocol"].fillna("") == "") & (plain["batch_size"] == grid.runtime.batch_size)]
         metrics = list(METRICS) if metric is None else [metric]
         recs = records(plain)   # once: every metric's tables and Table 13 read the same rows
         idx = groups(recs, ["dataset", "direction", "backbone_label", "row", "perturbation", "severity"])
