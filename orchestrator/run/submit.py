@@ -28,6 +28,7 @@ finishes. The progress display shows the render stream and the trials side by si
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from rich.console import Console
@@ -124,7 +125,9 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
     env = trial_environment(plan, checkpoints, opts.trial_hook or os.environ.get(TRIAL_HOOK_ENV) or None)
     progress = Progress(TextColumn("{task.description:9s}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[unit]}"), TextColumn("{task.fields[failed]} failed"),
-                        TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console)
+                        TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console,
+                        # Python's output into the display only where it is the terminal (orchestrator/run/console.py)
+                        redirect_stdout=sys.stdout.isatty(), redirect_stderr=sys.stderr.isatty())
     gate = ReadyGate(todo, lambda t: trial_needs(plan, t))
     pipeline = Pipeline(plan, gate, ledger, console, progress, opts, report, submission)
     recorder = LiveRecorder(ledger, tracker, lambda: report.parent_run_id, grid.name, submission, progress,
@@ -205,7 +208,8 @@ def _run(plan: Plan, grid: GridSpec, todo: list, ledger: TrialLedger, report: Su
         tracker.flush()
         try:
             if recorder.tracking:   # the store may have stopped answering while the queue drained
-                sync_store(tracker, plan, ledger, lambda: report.parent_run_id, console)
+                sync_store(tracker, plan, ledger, lambda: report.parent_run_id, console,
+                           what=f"trial{'s' if pipeline.checked > 1 else ''} of the clean check")
         except Exception as err:   # the ledger has them: the next submit or `sync` logs them
             recorder.untracked(err)
     report.ok, report.failed = recorder.counts["ok"], recorder.counts["failed"]
