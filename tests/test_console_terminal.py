@@ -28,7 +28,7 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 # what Ray and Ray Tune print of their own: a worker's or a Ray process's prefix, Tune's box and its closing hint
 LIBRARY = re.compile(r"\((?:[\w.:-]+ )?pid=\d+(?:, ip=[\d.]+)?\)|\((?:raylet|gcs_server|monitor|dashboard)\)|"
                      r"Configuration for experiment|View detailed results here|Number of trials|SearchGenerator")
-TRIAL_LINE = re.compile(r"^\s*synthetic\s+(clip4clip|xpool)\s+(source|tent)\s+v2t\s+(\S+)\s+R@1\s")
+TRIAL_LINE = re.compile(r"^\s*synthetic\s+(clip4clip|xpool)\s+(source|tent)\s+(v2t|t2v)\s+(\S+)\s+R@1\s")
 
 
 def run_on_terminal(args: list[str], env: dict[str, str], timeout: float = 600) -> tuple[int, str]:
@@ -108,11 +108,13 @@ def test_submit_on_a_terminal_prints_our_lines_only_one_per_trial(tmp_path, shar
     text = "\n".join(lines)
     for ours in ("grid micro", "check: clean retrieval", "MLflow: parent run", "done in"):
         assert ours in text, ours
-    # one line per trial, the clean Source cells the check ran included
+    # one line per trial, the clean Source cells the check ran included; none for the t2v direction the check also
+    # scores, which is no trial of this v2t grid
     plan = build_plan(load_grid(str(grid_file)), Paths.make(results, cache))
     assert len(plan.trials) == 20
     printed = [m.groups() for m in map(TRIAL_LINE.match, lines) if m]
-    assert sorted(printed) == sorted((t.backbone_label, t.method_label, t.cell) for t in plan.trials), printed
+    assert sorted(printed) == sorted((t.backbone_label, t.method_label, t.direction, t.cell)
+                                     for t in plan.trials), printed
     # the clean check's trials reach MLflow after the others: said as what they are, not as a recovery
     assert "MLflow: logged the 2 trials of the clean check to " in text
     assert "that the ledger holds" not in text and "missing there" not in text
