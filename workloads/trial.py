@@ -54,6 +54,7 @@ from workloads.render_cache import CacheCorrupt, CacheMiss, RenderCache, RenderK
 from workloads.seeding import digest, rng_for
 from workloads.spec import CLEAN, TrialResult, TrialSpec, cell_label
 from workloads.text_queries import TextSetKey, read_text_set
+from workloads.versions import software_versions
 from workloads.video_io import VideoDecodeError, read_frames, resize_center_crop
 
 
@@ -533,9 +534,11 @@ def _stream_setup(spec: TrialSpec, protocol, method, n: int, n_segments: int, ga
 
 
 def _environment(ctx: TrialContext) -> dict[str, str]:
-    # str(): torch.__version__ is a TorchVersion, whose unpickling in the driver (a `check` result) imports torch
-    env = {"host": platform.node(), "python": platform.python_version(), "torch": str(torch.__version__),
-           "device": ctx.device, "code_version": CODE_VERSION, "threads": str(torch.get_num_threads())}
+    # what `mlvp --version` prints (workloads/versions.py), then where this trial ran; str(): torch.__version__ is a
+    # TorchVersion, whose unpickling in the driver (a `check` result) imports torch
+    env = {**software_versions(with_cuda=True, gpu=False), "host": platform.node(),
+           "python": platform.python_version(), "torch": str(torch.__version__), "device": ctx.device,
+           "code_version": CODE_VERSION, "threads": str(torch.get_num_threads())}
     if ctx.device.startswith("cuda") and torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(torch.device(ctx.device))
     return env

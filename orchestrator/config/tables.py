@@ -197,16 +197,19 @@ class Table:
         hb = self.higher_better
         return hb.get(col[0], True) if isinstance(hb, dict) else hb
 
-    def best(self) -> dict[Column, float]:
-        """Each column's best value among its complete (ok) cells: a partial mean is never a column's best. None in a
-        table whose rows are not compared (`compare_rows`)."""
-        out = {}
+    def best(self) -> dict[tuple[str, Column], float]:
+        """Each column's best value per backbone, (backbone, column) -> value, among its complete (ok) cells: the
+        methods are compared on the same backbone, as the paper bolds them, and a partial mean is never a column's
+        best. None in a table whose rows are not compared (`compare_rows`)."""
+        out: dict[tuple[str, Column], float] = {}
         if not self.compare_rows:
             return out
         for col in self.columns:
-            vals = [v.value for r in self.rows if (v := self.cells.get((r, col))) and v.state == "ok"]
-            if vals:
-                out[col] = max(vals) if self.better_high(col) else min(vals)
+            for backbone in dict.fromkeys(r[0] for r in self.rows):
+                vals = [v.value for r in self.rows
+                        if r[0] == backbone and (v := self.cells.get((r, col))) and v.state == "ok"]
+                if vals:
+                    out[backbone, col] = max(vals) if self.better_high(col) else min(vals)
         return out
 
 

@@ -72,16 +72,21 @@ def start_parent(tracker, plan: Plan, submission: str, to_run: int, done_before:
 
 
 def sync_store(tracker, plan: Plan, ledger: TrialLedger, parent, console: Console,
-               entries: tuple[list[dict], Callable[[str], dict | None]] | None = None) -> int:
+               entries: tuple[list[dict], Callable[[str], dict | None]] | None = None, what: str = "") -> int:
     """Log to this store every trial of the plan the ledger holds and the store lacks (a driver killed between
     the ledger and MLflow, a store that was down, another store); `parent()` gives the parent run. `entries`: the
-    entries to compare and how to read one whole (`ledger_as_of`), else the ledger as it is now."""
+    entries to compare and how to read one whole (`ledger_as_of`), else the ledger as it is now. `what`: what the
+    caller knows these trials are, for the console line ("trials of the clean check": `submit` logs the trials its
+    check ran this way); without it the line says they were in the ledger and not in the store."""
     store = store_key(tracker.uri)
     entries, whole = entries or ledger_as_of(plan, ledger, ())
     created = sync_entries(tracker, plan.grid.name, entries, parent,
                            lambda key, rid: ledger.record_run(key, store, rid), whole=whole)
-    if created:
-        console.print(f"MLflow: {created} trials from the ledger logged to {tracker.uri} (missing there)")
+    if created and what:
+        console.print(f"MLflow: logged the {created} {what} to {tracker.uri}")
+    elif created:
+        console.print(f"MLflow: logged {created} trials that the ledger holds and {tracker.uri} did not (a "
+                      "submission stopped before logging them, or a new store)")
     return created
 
 

@@ -1,8 +1,9 @@
 """A `Table` (orchestrator/config/tables.py) rendered: as Markdown (the console and the .md files), as HTML (the
 report), in long form (one row per cell, with its state) and in wide form (the paper's layout as Parquet, a state
 column beside each value column). Every form says the same of a cell: a number, a partial mean marked `*`,
-`missing`, `failed` or `undefined` with its reason; the best complete value of a column is bold, in tables whose rows
-are compared (`Table.compare_rows`: not the agreement tables of Kendall's tau, nor the signals' correlations)."""
+`missing`, `failed` or `undefined` with its reason; the best complete value of a column on each backbone is bold, in
+tables whose rows are compared (`Table.compare_rows`: not the agreement tables of Kendall's tau, nor the signals'
+correlations)."""
 from __future__ import annotations
 
 import html
@@ -18,9 +19,9 @@ from orchestrator.config.tables import Table
 LEGEND = ("A number over every trial the cell asks for; `*`: a mean over fewer (some did not run); `missing`: never "
           "run; `failed`: a trial failed (see Errors); `undefined (why)`: the trials ran but the statistic has no "
           "value, e.g. a rank correlation across configurations whose R@1 (or signal) is the same for all of them "
-          "(constant R@1, constant signal). Best complete value per column in bold, where the rows are methods to "
-          "compare (not Kendall's tau rows). `±`: half the 95% interval, over seeds (Student's t) or, with one seed, "
-          "a bootstrap over queries.")
+          "(constant R@1, constant signal). Best complete value per column and backbone in bold, where the rows are "
+          "methods to compare (not Kendall's tau rows). `±`: half the 95% interval, over seeds (Student's t) or, "
+          "with one seed, a bootstrap over queries.")
 
 
 def column_name(t: Table, col: tuple[str, str]) -> str:
@@ -39,7 +40,7 @@ def table_markdown(t: Table) -> str:
         for c in t.columns:
             v = t.cell(r, c)
             s = v.text(t.digits)
-            vals.append(f"**{s}**" if v.state == "ok" and best.get(c) == v.value else s)
+            vals.append(f"**{s}**" if v.state == "ok" and best.get((r[0], c)) == v.value else s)
         lines.append(f"| {r[0]} | {r[1]} | " + " | ".join(vals) + " |")
     return "\n".join(lines)
 
@@ -77,7 +78,7 @@ def table_html(t: Table) -> str:
                 what = ([f"mean over {v.of}"] if v.of else []) + (
                     [f"95% interval [{v.low:.{t.digits}f}, {v.high:.{t.digits}f}]"] if v.has_interval else [])
                 title = f' title="{esc("; ".join(what))}"' if what else ""
-                bold = v.state == "ok" and best.get(c) == v.value
+                bold = v.state == "ok" and best.get((r[0], c)) == v.value
                 cells.append(f'<td class="{v.state}"{title}>' + (f"<b>{text}</b>" if bold else text) + "</td>")
         out.append(f"<tr><td>{esc(r[0])}</td><td>{esc(r[1])}</td>" + "".join(cells) + "</tr>")
     out.append("</table>")

@@ -4,7 +4,7 @@ network), `report.md`, `report_tables.parquet` (every table cell in long form, w
 - Query shift, per (dataset, direction), in the paper's Table 1 layout: rows backbone x method (Source first),
   columns the grid's query perturbations grouped by their level (registry metadata: low / mid / high for video,
   character / word / sentence for text) and their average, each cell the mean over the grid's severities; the
-  per-severity tables (the paper's Tables 32-35) below; the best value of each column in bold.
+  per-severity tables (the paper's Tables 32-35) below; the best value of each column on each backbone in bold.
 - Hubness (Table 13): k-occurrence skewness, Robin Hood index and antihub occurrence, clean vs shifted.
 - The other scenarios' tables (query-gallery shift, mixed shift) as their scenarios lay them out (orchestrator/
   scenarios).

@@ -1,5 +1,6 @@
 """The report's plots (matplotlib, Agg): R@1 against severity per type per method (Fig. 13; each point the mean over
-seeds with its 95% interval as a band, as the tables compute it), k-occurrence histograms clean vs shifted vs adapted
+seeds with its 95% interval, as the tables compute it; points only where a severity ran, lines and bands only
+between neighbouring severities that both ran), k-occurrence histograms clean vs shifted vs adapted
 for one cell (Fig. 2), similarity heatmaps before and after adaptation (Fig. 9), R@1 over the stream and the TTA cost
 per query (Table 8). Per-cell figures show the first seed's trials."""
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 
@@ -31,15 +32,27 @@ def _plt():
 
 def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
     """Fig. 13: R@1 against severity (0 = clean), one panel per type, one line per method, per (dataset,
-    direction, backbone).
+    direction, backbone): `severity_figures` drawn, each written as a PNG under `out`."""
+    return [_write(fig, out / name) for name, fig in severity_figures(grid, df)]
+
+
+def severity_figures(grid, df: pd.DataFrame) -> Iterator[tuple[str, Any]]:
+    """The figures of `plot_severity`, each with its file name, as they are drawn: the figure is redrawn for the next
+    (dataset, direction, backbone) when the caller asks for the next one, and closed at the end.
+
+    Only what was measured is drawn: a point at each severity that ran (the mean over seeds with its 95% interval, as
+    the tables compute it); a line, and its interval's band, only between severities next to one another that both
+    ran (severities 1 and 5 alone are two points with no line between them: nothing says R@1 falls linearly across
+    2-4); a point with no neighbour shows its interval as an error bar. A method keeps its colour (`C<i>`, its row)
+    in every figure.
 
     One figure per panel layout, redrawn for each (dataset, direction, backbone): a new 12-panel figure spends
     most of its time in matplotlib making its axes and tick objects, and the full matrix has ten such figures
     (docs/notes/2026-11-results-history.md §15)."""
     plt = _plt()
     qs = _qs_ok(df)
-    files = []
     figures: dict[tuple[int, int, int], Any] = {}
+    methods = method_rows(grid)
     try:
         for (ds, direction, backbone), part in qs.groupby(["dataset", "direction", "backbone_label"], sort=False):
             level_of = levels(direction)
@@ -61,26 +74,42 @@ def plot_severity(grid, df: pd.DataFrame, out: Path) -> list[Path]:
                     line.remove()
                 for band in list(ax.collections):
                     band.remove()
-                ax.set_prop_cycle(None)       # a method keeps its colour from figure to figure
-                for m in method_rows(grid):
+                for i, m in enumerate(methods):
                     points = sorted(curves.get((CLEAN, m), [])[:1] + curves.get((p, m), []), key=lambda pv: pv[0])
-                    if points:
-                        xs, vs = [x for x, _ in points], [v for _, v in points]
-                        (line,) = ax.plot(xs, [v.value for v in vs], marker="o", ms=3, label=m)
-                        if any(v.has_interval for v in vs):
-                            ax.fill_between(xs, [v.low if v.has_interval else v.value for v in vs],
-                                            [v.high if v.has_interval else v.value for v in vs],
-                                            color=line.get_color(), alpha=0.15, linewidth=0)
+                    _draw_method(ax, points, m, f"C{i}")
                 ax.relim()                    # the limits of this cell's lines only
                 ax.autoscale_view()
                 ax.set_title(f"{p} ({level_of[p]})", fontsize=9)
             axes[0][0].legend(fontsize=7)     # replaces the previous cell's
             fig.suptitle(f"R@1 against severity: {ds}, {direction}, {backbone}", fontsize=10)
-            files.append(_write(fig, out / f"r1_severity_{ds}_{direction}_{backbone}.png"))
+            yield f"r1_severity_{ds}_{direction}_{backbone}.png", fig
     finally:
         for fig, _ in figures.values():
             plt.close(fig)
-    return files
+
+
+def _draw_method(ax, points: list[tuple[int, Value]], label: str, colour: str) -> None:
+    """One method's points on one panel: a line and band over each run of consecutive severities that ran, a marker
+    with an error bar for a severity with no neighbour that ran (`severity_figures`). The label is on its first
+    line only, so that the legend names the method once."""
+    runs: list[list[tuple[int, Value]]] = []
+    for sev, v in points:
+        if runs and sev == runs[-1][-1][0] + 1:
+            runs[-1].append((sev, v))
+        else:
+            runs.append([(sev, v)])
+    for k, run in enumerate(runs):
+        xs, vs = [x for x, _ in run], [v for _, v in run]
+        ax.plot(xs, [v.value for v in vs], marker="o", ms=3, color=colour, label=label if k == 0 else "_nolegend_",
+                linestyle="-" if len(run) > 1 else "none")
+        if not any(v.has_interval for v in vs):
+            continue
+        lows = [v.low if v.has_interval else v.value for v in vs]
+        highs = [v.high if v.has_interval else v.value for v in vs]
+        if len(run) > 1:
+            ax.fill_between(xs, lows, highs, color=colour, alpha=0.15, linewidth=0)
+        else:
+            ax.vlines(xs, lows, highs, color=colour, alpha=0.5, linewidth=1)
 
 
 def _qs_ok(df: pd.DataFrame) -> pd.DataFrame:

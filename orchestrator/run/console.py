@@ -6,6 +6,14 @@ print a lot of their own (start-up banners, configuration boxes, C++ log lines o
 database migrations): `quiet_libraries` sends all of it, at the file-descriptor level so that child processes and
 C++ code follow, to a log file under the grid's results (`results/<grid>/logs/`), while our console keeps the
 terminal. `--verbose` leaves everything on the terminal.
+
+A progress display (rich's `Progress`) must not take Python's output back: by default, on a terminal, it replaces
+`sys.stdout` and `sys.stderr` with proxies that print above the bars, and Ray's driver prints its workers' lines
+(`(_finetune_task pid=...)`) and Ray Tune its configuration box through them, so they reached the terminal though
+the file descriptors were the log's. Every progress display is made with `redirect_stdout=sys.stdout.isatty()` (and
+the same for stderr): off while `quiet_libraries` holds the output (the streams are the log file), on with
+`--verbose` (library lines print above the bars instead of through them). tests/test_console_terminal.py runs
+`submit` on a pseudo-terminal and checks.
 """
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from orchestrator.planning.render_sets import cost_ordered_sets, ordered_sets
 from orchestrator.planning.resources import first_finetune_cpus, render_actors, trial_slots
 from orchestrator.stages.cluster import current_cluster
 from orchestrator.record.ledger import TrialLedger
+from orchestrator.record.recorder import TrialColumns
 from orchestrator.run.options import SubmitOptions, SubmitReport
 from orchestrator.stages.assets import prepare_assets, prepares_assets
 from orchestrator.stages.check import refuse_misses, run_check
@@ -175,7 +176,7 @@ class Pipeline:
         targets = list(dict.fromkeys(t.dataset for t in trials))
         self._wait([RenderSet(d, CLEAN, 0).need for d in targets if (CLEAN, 0) in self.plan.renders.get(d, [])])
         report = run_check(replace(self.plan, trials=trials), self.checkpoints, self.ledger, self.console,
-                           self.opts.tolerance, submission=self.submission)
+                           self.opts.tolerance, submission=self.submission, columns=TrialColumns.for_plan(self.plan))
         refuse_misses(report, self.opts.force, self.console)
         fresh = {c.case.specs[c.direction].key for c in report.comparisons
                  if c.metrics is not None and not c.case.reused.get(c.direction)}

@@ -37,9 +37,31 @@ def check_resources(gpus_per_trial: float, cpus_per_trial: float) -> None:
 
 
 def auth_token_hint() -> str:
+    """The console's note beside the dashboard's address: where its token is, and what `protect_token` did."""
     token = Path("~/.ray/auth_token").expanduser()
-    where = f" (stored in {token})" if token.exists() else ""
+    where = f" (stored in {token}{protect_token(token)})" if token.exists() else ""
     return f"Ray >= 2.59 asks the dashboard for a token: print it with `ray get-auth-token`{where}"
+
+
+def protect_token(token: Path) -> str:
+    """Ray writes ~/.ray/auth_token with the process's umask, usually 0644: readable by every user of the machine,
+    and the token lets whoever holds it run code on the cluster. A token file of this user that others can read is
+    set to 0600 (docs/cluster.md says so); another user's is only named. Returns the note for the console ("" when
+    the mode was already private)."""
+    try:
+        st = token.stat()
+    except OSError:
+        return ""
+    if not st.st_mode & 0o077:
+        return ""
+    mode = f"{st.st_mode & 0o777:o}"
+    if hasattr(os, "getuid") and st.st_uid == os.getuid():
+        try:
+            os.chmod(token, 0o600)
+            return f"; its mode was {mode}, readable by other users: set to 600"
+        except OSError:
+            pass
+    return f"; readable by other users (mode {mode}): run chmod 600 {token}"
 
 
 # every worker's first act: no SIGTERM teardown traceback forwarded to the console (orchestrator/run/worker_setup.py)

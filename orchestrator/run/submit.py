@@ -34,6 +34,7 @@ running. `submit()` is `start`, `run` and `close` in one call; `orchestrator.sub
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from rich.console import Console
@@ -181,7 +182,9 @@ class SubmissionRun:
                                      opts.trial_hook or os.environ.get(TRIAL_HOOK_ENV) or None)
         self.progress = Progress(TextColumn("{task.description:9s}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[unit]}"), TextColumn("{task.fields[failed]} failed"),
-                                 TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=sub.console)
+                                 TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=sub.console,
+                                 # Python's output into the display only where it is the terminal (run/console.py)
+                                 redirect_stdout=sys.stdout.isatty(), redirect_stderr=sys.stderr.isatty())
         self.gate = ReadyGate(sub.todo, lambda t: trial_needs(plan, t))
         self.pipeline = Pipeline(plan, self.gate, sub.ledger, sub.console, self.progress, opts, report,
                                  sub.submission)
@@ -287,7 +290,8 @@ class SubmissionRun:
             sub.tracker.flush()
             try:
                 if recorder.tracking:   # the store may have stopped answering while the queue drained
-                    sync_store(sub.tracker, sub.plan, sub.ledger, lambda: report.parent_run_id, sub.console)
+                    sync_store(sub.tracker, sub.plan, sub.ledger, lambda: report.parent_run_id, sub.console,
+                               what=f"trial{'s' if pipeline.checked > 1 else ''} of the clean check")
             except Exception as err:   # the ledger has them: the next submit or `sync` logs them
                 recorder.untracked(err)
         report.ok, report.failed = recorder.counts["ok"], recorder.counts["failed"]

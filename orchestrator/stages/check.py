@@ -33,6 +33,7 @@ from orchestrator.planning.clean_check import (
 from orchestrator.planning.environment import TrialEnvironment, trial_environment
 from orchestrator.planning.plan import Plan
 from orchestrator.record.ledger import TrialLedger
+from orchestrator.record.recorder import TrialColumns
 from orchestrator.stages import render as render_stage
 from workloads.spec import CLEAN, TrialSpec
 
@@ -77,12 +78,17 @@ def reuse_ledger(cases: list[CheckCase], ledger: TrialLedger) -> list[CheckCase]
 
 
 def run_check(plan: Plan, checkpoints: dict[str, dict[str, Any]], ledger: TrialLedger, console: Console,
-              tolerance: float = DEFAULT_TOLERANCE, submission: str | None = None) -> CheckReport:
+              tolerance: float = DEFAULT_TOLERANCE, submission: str | None = None,
+              columns: TrialColumns | None = None) -> CheckReport:
     """Clean R@1/5/10 of every case (reusing ledger entries), printed beside the paper. Needs Ray running and the
-    checkpoints ready (`prepare_models`) unless every case is in the ledger already (`reuse_ledger`)."""
+    checkpoints ready (`prepare_models`) unless every case is in the ledger already (`reuse_ledger`). With
+    `columns` (a submission's, orchestrator/record/recorder.py), each trial of the grid run here also gets the console
+    line every other trial of the submission gets, as it is recorded (a direction the grid does not run is checked
+    but is no trial of the grid: no line)."""
     import ray   # Ray (seconds): only where work runs on it; plan, status and report never load it
 
     t0 = time.time()
+    grid_trials = {t.key for t in plan.trials}
     cases = check_cases(plan)
     todo = reuse_ledger(cases, ledger)
     summary = None
@@ -99,6 +105,8 @@ def run_check(plan: Plan, checkpoints: dict[str, dict[str, Any]], ledger: TrialL
                 d = result["spec"]["direction"]
                 case.results[d], case.reused[d] = result, False
                 ledger.put(result, submission=submission or "check")
+                if columns is not None and result["key"] in grid_trials:
+                    console.print(columns.line(result))
     report = CheckReport([compare(c, d) for c in cases for d in c.specs], tolerance, time.time() - t0, summary)
     print_check(report, console)
     return report

@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import queue
+import sys
 import threading
 import time
 from collections import Counter
@@ -203,7 +204,9 @@ def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
     columns = (TextColumn("rendering"), BarColumn(), MofNCompleteColumn(), TextColumn("clips"),
                TextColumn("{task.fields[rate]} clips/s"), TextColumn("{task.fields[failed]} failed"),
                TimeElapsedColumn())
-    with quiet_ray_data(), Progress(*columns, console=console, transient=False) as bar:
+    # Python's output into the display only where it is the terminal (orchestrator/run/console.py)
+    with quiet_ray_data(), Progress(*columns, console=console, transient=False, redirect_stdout=sys.stdout.isatty(),
+                                    redirect_stderr=sys.stderr.isatty()) as bar:
         task = bar.add_task("render", total=total, rate="-", failed=0)
         for row in ds.iter_rows():
             if row["status"] == "ok":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -81,8 +82,10 @@ def render_text_sets(plan, checkpoints: dict[str, dict[str, Any]], console=None,
         data = ray.data.from_items(rows, override_num_blocks=len(rows)).map(_render_row, num_cpus=1)
 
         own = progress is None
+        # Python's output into the display only where it is the terminal (orchestrator/run/console.py)
         bar = Progress(TextColumn("perturbing captions"), BarColumn(), MofNCompleteColumn(), TextColumn("text sets"),
-                       TimeElapsedColumn(), console=console) if own else progress
+                       TimeElapsedColumn(), console=console, redirect_stdout=sys.stdout.isatty(),
+                       redirect_stderr=sys.stderr.isatty()) if own else progress
         with quiet_ray_data(), (bar if own else contextlib.nullcontext()):
             task = bar.add_task("captions", total=len(rows)) if own else \
                 bar.add_task("captions", total=len(rows), unit="text sets", failed=0, note="")
