@@ -53,7 +53,9 @@ def spearman(a, b) -> float:
 
 
 def _grid(path: str, dataset: str, options: dict, types, severities, tmp: Path) -> Path:
-    raw = yaml.safe_load(Path(path).read_text())
+    from orchestrator.config.grid import read_yaml
+
+    raw = read_yaml(path)   # within the bounds a grid file is read with (orchestrator/config/grid.py)
     if dataset not in raw["datasets"] and len(raw["datasets"]) == 1:
         # the grid's one dataset replaced by `dataset` (all_perturbations.yaml names the default, `synthetic`)
         (only,) = raw["datasets"]

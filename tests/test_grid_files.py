@@ -4,6 +4,10 @@ The shipped grids live in the checkout's top-level grids/ and are installed as t
 the README's own command, `python -m orchestrator submit grids/full_mlvp.yaml --dry-run`, runs from the root of a
 fresh clone; a path that names a shipped grid but is not there says how to run it; pyproject.toml's package list
 covers every package folder (tests/test_wheel.py checks the wheel itself).
+
+A grid file is read within bounds (orchestrator/config/grid.py): a YAML alias bomb (nine nested anchors of nine
+copies: 387 million values from 500 bytes) is refused in one line before anything is expanded, with the loading's
+peak memory measured in a process of its own; no error message shows more than ~200 characters of a value.
 """
 from __future__ import annotations
 
@@ -11,12 +15,16 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
-from orchestrator.config.errors import GridError
+from conftest import write_micro_grid
+from orchestrator.config.errors import VALUE_CHARS, GridError
+from orchestrator.config.grid import MAX_GRID_BYTES, MAX_GRID_VALUES, load_grid
 from orchestrator.config.shipped import resolve_grid, shipped_folder, shipped_grids
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,6 +80,7 @@ def test_from_the_root_the_shipped_path_works_and_the_old_one_is_named(monkeypat
         resolve_grid("my_grid.yaml")   # not a shipped name: the list of names, as before
 
 
+@pytest.mark.slow   # two CLI processes and a clone: ~10 s
 def test_the_readme_command_runs_from_the_root_of_a_fresh_clone(tmp_path):
     """`python -m orchestrator submit grids/full_mlvp.yaml --dry-run` and `plan grids/full_mlvp.yaml`, literally, in a
     `git clone` of this branch's HEAD (what is committed: commit before running this test), with no data on disk:
@@ -94,3 +103,101 @@ def test_the_readme_command_runs_from_the_root_of_a_fresh_clone(tmp_path):
         status = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=clone, capture_output=True,
                                 text=True, check=True).stdout
         assert [s for s in status.splitlines() if "__pycache__" not in s] == [], status
+
+
+# -- item 3: YAML read within bounds -----------------------------------------------------------------------------
+def grid_with(path: Path, key: str, raw: str) -> Path:
+    """conftest's micro grid (valid) with `key` (dotted) set to `raw`, YAML text written as is (flow style)."""
+    data = yaml.safe_load(write_micro_grid(path).read_text())
+    *parents, last = key.split(".")
+    node = data
+    for k in parents:
+        node = node.setdefault(k, {})
+    node[last] = "RAW_VALUE_HERE"
+    path.write_text(yaml.safe_dump(data, sort_keys=False, width=10**9).replace("RAW_VALUE_HERE", raw))
+    return path
+
+
+def alias_bomb(levels: int = 9, copies: int = 9) -> str:
+    """A flow list whose last item is `levels` nested anchors of `copies` aliases each: copies**levels values."""
+    items = [f"&a0 [{', '.join(['lol'] * copies)}]"]
+    items += [f"&a{i} [{', '.join([f'*a{i - 1}'] * copies)}]" for i in range(1, levels)]
+    return f"[{', '.join(items)}]"
+
+
+# In a process of its own: the refusal, and the peak of the memory Python allocated while loading (tracemalloc, from
+# the call to its end); a timeout, not a hang, when the loading expands the bomb
+LOAD_AND_MEASURE = textwrap.dedent("""
+    import sys, tracemalloc
+    from orchestrator.config.errors import GridError
+    from orchestrator.config.grid import load_grid
+    tracemalloc.start()
+    try:
+        load_grid(sys.argv[1])
+        print("LOADED")
+    except GridError as err:
+        print("ERROR", err)
+    print("PEAK", tracemalloc.get_traced_memory()[1])
+""")
+
+
+@pytest.mark.parametrize("field", ["name", "description", "methods", "query_shift.perturbations"])
+def test_an_alias_bomb_is_refused_in_one_line_before_it_is_expanded(field, tmp_path):
+    bomb = grid_with(tmp_path / "bomb.yaml", field, alias_bomb())   # 9**9 = 387,420,489 values once expanded
+    assert bomb.stat().st_size < 1000
+    done = subprocess.run([sys.executable, "-c", LOAD_AND_MEASURE, str(bomb)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    error, peak = done.stdout.splitlines()
+    assert error == (f"ERROR {bomb}: YAML aliases (*name) expand it to more than {MAX_GRID_VALUES:,} values, the "
+                     "limit of a grid file (the shipped grids hold a few hundred): write the repeated parts out, or "
+                     "nest fewer anchors")
+    assert int(peak.split()[1]) < 2_000_000, peak   # bytes: the composed nodes, never their expansion
+
+
+@pytest.mark.parametrize("field, where", [("description", "description: expected a string, got [['lol', "),
+                                          ("methods", "methods[0]: expected a string, got ['lol', ")])
+def test_a_smaller_bomb_within_the_limit_gives_a_short_message(field, where, tmp_path):
+    """5 levels of 9 (59,049 values, under the limit): read, and refused by the schema in a message that shows
+    ~200 characters of the value, not its 300 KB repr."""
+    bomb = grid_with(tmp_path / "small.yaml", field, alias_bomb(levels=5))
+    with pytest.raises(GridError) as e:
+        load_grid(bomb)
+    msg = str(e.value)
+    assert msg.startswith(f"{bomb}: {where}"), msg
+    assert "\n" not in msg and len(msg) < len(str(bomb)) + 150 + VALUE_CHARS, msg
+
+
+def test_a_recursive_alias_deep_nesting_and_a_huge_file_are_refused_in_one_line(tmp_path):
+    cases = {"cycle.yaml": ("methods", "&m [source, *m]", "a YAML alias inside its own anchor"),
+             "deep.yaml": ("description", "[" * 3000 + "]" * 3000, "nested too deeply"),
+             "many.yaml": ("seeds", "[" + ", ".join(["0"] * (MAX_GRID_VALUES + 1)) + "]",
+                           f"it holds more than {MAX_GRID_VALUES:,} values"),
+             "huge.yaml": ("description", "x" * MAX_GRID_BYTES, "more than a grid file may be")}
+    for name, (key, raw, expected) in cases.items():
+        path = grid_with(tmp_path / name, key, raw)
+        with pytest.raises(GridError) as e:
+            load_grid(path)
+        msg = str(e.value)
+        assert msg.startswith(f"{path}: ") and expected in msg and "\n" not in msg and len(msg) < 400, msg
+
+
+LONG = "y" * 5000
+
+
+@pytest.mark.parametrize("key, raw, where", [
+    ("name", f"[{LONG}]", "name: expected a string, got ['yyy"),
+    ("name", LONG, "name: 'yyy"),              # a valid name's characters, too long for a folder name
+    ("description", f"{{a: [{LONG}]}}", "description: expected a string, got {'a': ['yyy"),
+    ("methods", f"[source, {LONG}]", "methods[1]: unknown method or variant 'yyy"),
+    ("runtime.cpus_per_trial", LONG, "runtime.cpus_per_trial: expected a number, got 'yyy"),
+    ("models.clip_model", LONG, "models.clip_model: unknown open_clip config 'yyy"),
+    ("models.finetune.precision", LONG, "models.finetune.precision: must be one of"),
+    ("method_options", f"{{tent: {{lr: {LONG}}}}}", "lr"),
+])
+def test_a_long_bad_value_gives_a_short_error(key, raw, where, tmp_path):
+    with pytest.raises(GridError) as e:
+        load_grid(grid_with(tmp_path / "long.yaml", key, raw))
+    msg = str(e.value)
+    assert where in msg, msg
+    assert "\n" not in msg and msg.count("y") <= VALUE_CHARS + 20 and len(msg) < 1000, msg

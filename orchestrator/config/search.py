@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.config.errors import GridError, check_choice
+from orchestrator.config.errors import GridError, check_choice, short_repr
 from workloads.methods import METHODS
 from workloads.options import Option, OptionError
 
@@ -74,7 +74,7 @@ def _domain(where: str, name: str, raw: Any) -> Domain:
         check_choice(where, dist, list(DISTRIBUTIONS))
         if (not isinstance(bounds, list) or len(bounds) != 2
                 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)):
-            raise GridError(f"{where}.{dist}: give [low, high], two numbers, got {bounds!r}")
+            raise GridError(f"{where}.{dist}: give [low, high], two numbers, got {short_repr(bounds)}")
         low, high = float(bounds[0]), float(bounds[1])
         if not low < high:
             raise GridError(f"{where}.{dist}: low must be below high, got [{bounds[0]}, {bounds[1]}]")
@@ -84,7 +84,7 @@ def _domain(where: str, name: str, raw: Any) -> Domain:
             raise GridError(f"{where}.randint: give integer bounds, got [{bounds[0]}, {bounds[1]}]")
         return Domain(name, distribution=dist, low=low, high=high)
     raise GridError(f"{where}: give a list of values or one of {{{', '.join(DISTRIBUTIONS)}: [low, high]}}, "
-                    f"got {raw!r}")
+                    f"got {short_repr(raw)}")
 
 
 def searchable(method: str) -> dict[str, Option]:

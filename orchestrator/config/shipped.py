@@ -14,6 +14,7 @@ from orchestrator.config.errors import GridError
 # folders and files of a results folder that are not a grid's (orchestrator/planning/paths.py)
 RESERVED = ("ledger", "cache", "mlartifacts", "mlruns", "mlflow.db", "logs")
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
+MAX_NAME = 100   # a folder name (file systems allow 255 bytes) and MLflow's experiment mlvp/<name>
 
 
 def shipped_folder() -> Path:
@@ -28,9 +29,11 @@ def shipped_folder() -> Path:
 
 def grid_name_problem(name: str) -> str | None:
     """Why `name` cannot name a grid (None: it can): it is a folder under the results folder, so letters, digits,
-    '_', '-' and '.', not only dots, and none of the results folder's own names."""
+    '_', '-' and '.', not only dots, at most MAX_NAME of them, and none of the results folder's own names."""
     if not name or not _NAME.fullmatch(name):
         return "use letters, digits, '_', '-' and '.' only (it names a folder under the results folder)"
+    if len(name) > MAX_NAME:
+        return f"at most {MAX_NAME} characters (it names a folder under the results folder), got {len(name):,}"
     if set(name) == {"."}:
         return "a name of dots only would point outside the results folder"
     if name.lower() in RESERVED:
