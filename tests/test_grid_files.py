@@ -8,9 +8,14 @@ covers every package folder (tests/test_wheel.py checks the wheel itself).
 A grid file is read within bounds (orchestrator/config/grid.py): a YAML alias bomb (nine nested anchors of nine
 copies: 387 million values from 500 bytes) is refused in one line before anything is expanded, with the loading's
 peak memory measured in a process of its own; no error message shows more than ~200 characters of a value.
+
+`plan` (and `submit`'s plan) warns in one line above 100,000 trials, shortens long axis lists and prints notes that
+differ only in their dataset as one line.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -201,3 +206,90 @@ def test_a_long_bad_value_gives_a_short_error(key, raw, where, tmp_path):
     msg = str(e.value)
     assert where in msg, msg
     assert "\n" not in msg and msg.count("y") <= VALUE_CHARS + 20 and len(msg) < 1000, msg
+
+
+# -- item 6: plan at scale -----------------------------------------------------------------------------------------
+def _plan_text(grid_file: Path, tmp_path: Path, *extra: str) -> str:
+    """`mlvp plan GRID` in this process, its output (plan writes nothing)."""
+    from orchestrator.__main__ import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["plan", str(grid_file), "--results-dir", str(tmp_path / "results"), "--cache-dir",
+                     str(tmp_path / "cache"), *extra]) == 0
+    return buf.getvalue()
+
+
+def _seeded_grid(tmp_path: Path, seeds: int) -> Path:
+    """conftest's micro grid (2 backbones x 2 methods x (4 perturbed + 1 clean) cells = 20 trials) at `seeds` seeds."""
+    return grid_with(tmp_path / "seeded.yaml", "seeds", f"[{', '.join(map(str, range(seeds)))}]")
+
+
+def test_plan_warns_in_one_line_above_the_threshold_and_not_at_it(tmp_path, monkeypatch):
+    from orchestrator.planning import describe
+
+    grid = _seeded_grid(tmp_path, 3)   # 60 trials: the threshold planted at 59 and at 60
+    monkeypatch.setattr(describe, "LARGE_PLAN", 59)
+    out = _plan_text(grid, tmp_path)
+    warnings = [line for line in out.splitlines() if "warning" in line]
+    assert len(warnings) == 1, out
+    assert warnings[0].startswith("  warning: a large grid: 60 trials (3 seeds x 20), more than 59; estimated ")
+    assert "GPU-hours" in warnings[0] and warnings[0].endswith("check its axes")
+    assert out.splitlines()[1] == warnings[0]   # right under the grid's line, above everything else
+    monkeypatch.setattr(describe, "LARGE_PLAN", 60)
+    assert "warning" not in _plan_text(grid, tmp_path)
+
+
+def test_submit_dry_run_warns_too(tmp_path, monkeypatch):
+    from orchestrator.__main__ import main
+    from orchestrator.planning import describe
+
+    monkeypatch.setattr(describe, "LARGE_PLAN", 19)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["submit", str(write_micro_grid(tmp_path / "g.yaml")), "--dry-run", "--results-dir",
+                     str(tmp_path / "results"), "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert "  warning: a large grid: 20 trials, more than 19; estimated " in buf.getvalue()
+
+
+def test_the_default_threshold_is_100000():
+    from orchestrator.planning.describe import LARGE_PLAN
+
+    assert LARGE_PLAN == 100_000
+
+
+def test_long_axis_lists_are_shortened(tmp_path):
+    from orchestrator.planning.describe import short_list
+
+    assert short_list(range(1000)) == "0, 1, 2, ... 999 (1,000)"
+    assert short_list([5, 7]) == "5, 7" and short_list(range(8)) == "0, 1, 2, 3, 4, 5, 6, 7"
+    out = _plan_text(_seeded_grid(tmp_path, 50), tmp_path)
+    assert "  seeds: 0, 1, 2, ... 49 (50) (every trial and render set at each)" in out.splitlines()
+
+
+def test_notes_that_differ_only_in_their_dataset_are_one_line():
+    from orchestrator.planning.describe import grouped_notes
+
+    datasets = ["msrvtt", "msvd", "msrvtt_9k"]
+    notes = [f"{d} t2v formal: unavailable, not run: no models [datasets.{d}.assets.text_precomputed.formal]"
+             for d in datasets]
+    notes += ["titan on msvd: its head is off", "titan on msrvtt: its head is off", "titan on msvd: its head is off",
+              "msrvtt->msvd: a pair note", "a note about nothing", "msrvtt_9k t2v casual: unavailable"]
+    assert grouped_notes(notes, datasets) == [
+        "t2v formal on 3 datasets (msrvtt, msvd, msrvtt_9k): unavailable, not run: no models "
+        "[datasets.<dataset>.assets.text_precomputed.formal]",
+        "titan on 2 datasets (msvd, msrvtt): its head is off",
+        "msrvtt->msvd: a pair note", "a note about nothing", "msrvtt_9k t2v casual: unavailable"]
+
+
+def test_plan_full_mlvp_groups_its_unavailable_notes(tmp_path, monkeypatch):
+    """Without data or text models, full_mlvp's sentence-level text types (and, without WordNet, the word-level ones)
+    are unavailable on all five datasets: one line per type, not one per type and dataset."""
+    for var in ("MLVP_DATA", "MLVP_WEIGHTS"):
+        monkeypatch.delenv(var, raising=False)
+    out = _plan_text(REPO / "grids" / "full_mlvp.yaml", tmp_path)
+    unavailable = [line for line in out.splitlines() if "unavailable" in line]
+    assert len(unavailable) >= 5 and len({line.split(" on ")[0] for line in unavailable}) == len(unavailable)
+    datasets = "on 5 datasets (msrvtt, activitynet, lsmdc, msvd, didemo): unavailable, not run: "
+    assert all(line.startswith("  note: t2v ") and datasets in line for line in unavailable), unavailable
+    assert not any(f"{d} t2v" in out for d in ("msrvtt", "activitynet", "lsmdc", "msvd", "didemo"))
