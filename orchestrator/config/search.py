@@ -52,7 +52,8 @@ def check_seeds(grid) -> None:
     for i, s in enumerate(grid.seeds):
         if s < 0:
             raise GridError(f"seeds[{i}]: must be an integer >= 0, got {s}")
-    dup = next((s for s in grid.seeds if grid.seeds.count(s) > 1), None)
+    seen: set[int] = set()   # one pass: a long list is not counted once per seed
+    dup = next((s for s in grid.seeds if s in seen or seen.add(s)), None)
     if dup is not None:
         raise GridError(f"seeds: {dup} is listed twice; list each seed once")
 
