@@ -1,6 +1,6 @@
 """Calibration of the embedded default against the paper's Table 1 (issue #12), without the Ray grid.
 
-    python benchmarks/calibrate_default.py [--grid orchestrator/grids/all_perturbations.yaml] [--dataset synthetic_v2]
+    python benchmarks/calibrate_default.py [--grid grids/all_perturbations.yaml] [--dataset synthetic_v2]
         [--option size=160 ...] [--queries N] [--types gaussian_noise,...] [--severities 1,2,3,4,5] [--steps N]
 
 Builds the grid's plan (orchestrator/planning/plan.py: the same dataset, fine-tuning config, render keys and cache paths
@@ -53,7 +53,9 @@ def spearman(a, b) -> float:
 
 
 def _grid(path: str, dataset: str, options: dict, types, severities, tmp: Path) -> Path:
-    raw = yaml.safe_load(Path(path).read_text())
+    from orchestrator.config.grid import read_yaml
+
+    raw = read_yaml(path)   # within the bounds a grid file is read with (orchestrator/config/grid.py)
     if dataset not in raw["datasets"] and len(raw["datasets"]) == 1:
         # the grid's one dataset replaced by `dataset` (all_perturbations.yaml names the default, `synthetic`)
         (only,) = raw["datasets"]
@@ -77,7 +79,7 @@ def _grid(path: str, dataset: str, options: dict, types, severities, tmp: Path) 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--grid", default="orchestrator/grids/all_perturbations.yaml")
+    ap.add_argument("--grid", default="grids/all_perturbations.yaml")
     ap.add_argument("--dataset", default="synthetic_v2",
                     help="the dataset to calibrate, in place of the grid's (default: generator version 2)")
     ap.add_argument("--option", action="append", default=[], help="dataset option key=value (repeatable)")

@@ -1,7 +1,7 @@
 """The full MLVP matrix on a simulated cluster: makespan of the overlapped hand-off against the lower bound and
 against the staged design (render everything, then run the trials), in one run.
 
-What is real: the plan of orchestrator/grids/full_mlvp.yaml as `mlvp plan` makes it (`plan_for_sizing`, from stand-in
+What is real: the plan of grids/full_mlvp.yaml as `mlvp plan` makes it (`plan_for_sizing`, from stand-in
 annotation files at the real test-split sizes written to a temporary folder, no videos), the render-set order
 (`cost_ordered_sets`, as submit orders them), the render stream (orchestrator/stages/render.py `RenderStream`: Ray Data,
 an actor pool, each set announced as its last clip comes out), the `ReadyGate` (orchestrator/run/gate.py) that
@@ -63,7 +63,7 @@ os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
 
 # real test-split sizes (workloads/datasets/*: MSRVTT 1k-A, ActivityNet val1, LSMDC test, MSVD test, DiDeMo test)
 TEST_SIZES = {"msrvtt": 1000, "activitynet": 4917, "lsmdc": 1000, "msvd": 670, "didemo": 1004}
-FULL_GRID = REPO / "orchestrator" / "grids" / "full_mlvp.yaml"
+FULL_GRID = REPO / "grids" / "full_mlvp.yaml"
 
 
 def write_annotations(root: Path, sizes: dict[str, int]) -> None:
@@ -97,7 +97,7 @@ def write_annotations(root: Path, sizes: dict[str, int]) -> None:
 
 def stand_in_inputs(tmp: Path) -> dict[str, str]:
     """Stand-in annotations at the real test-split sizes and a stand-in weights file under `tmp`; returns the
-    environment variables orchestrator/grids/full_mlvp.yaml reads (MLVP_DATA, MLVP_WEIGHTS)."""
+    environment variables grids/full_mlvp.yaml reads (MLVP_DATA, MLVP_WEIGHTS)."""
     write_annotations(tmp / "data", TEST_SIZES)
     weights = tmp / "clip_vit_b32.bin"
     import torch
@@ -107,7 +107,7 @@ def stand_in_inputs(tmp: Path) -> dict[str, str]:
 
 
 def full_plan(tmp: Path, datasets: list[str] | None, grid: Path = FULL_GRID):
-    """The plan `mlvp plan GRID` makes (`plan_for_sizing`; default orchestrator/grids/full_mlvp.yaml, from the
+    """The plan `mlvp plan GRID` makes (`plan_for_sizing`; default grids/full_mlvp.yaml, from the
     stand-in inputs, which another grid may read or not), or its trials and render sets on `datasets` alone."""
     from orchestrator.planning.paths import Paths
     from orchestrator.planning.plan import plan_for_sizing
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="CPUs one simulated render actor stands for (default 4: 8 processes for 32 CPUs)")
     ap.add_argument("--datasets", type=str, default=None, help="comma-separated subset of the plan's datasets")
     ap.add_argument("--grid", type=Path, default=FULL_GRID,
-                    help="grid file (default orchestrator/grids/full_mlvp.yaml, on stand-in annotations at the real "
+                    help="grid file (default grids/full_mlvp.yaml, on stand-in annotations at the real "
                          "test-split sizes; MLVP_DATA and MLVP_WEIGHTS point at them)")
     ap.add_argument("--executor", choices=("slots", "tune"), default="slots",
                     help="trials through one actor per GPU slot (default) or the real run_trials (Ray Tune)")

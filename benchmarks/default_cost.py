@@ -36,7 +36,7 @@ def measure(name: str, root: Path, steps: int, workers: int) -> dict:
     from workloads.render_cache import RenderCache, RenderKey, render_video
 
     torch.set_num_threads(1)
-    grid = load_grid(str(Path(__file__).resolve().parents[1] / "orchestrator" / "grids" / "quickstart.yaml"))
+    grid = load_grid(str(Path(__file__).resolve().parents[1] / "grids" / "quickstart.yaml"))
     out = {}
     t0 = time.time()
     ds = create_dataset(name, root=str(root / "datasets"), workers=workers)

@@ -1,6 +1,6 @@
 """Driver-side cost of our trial path at the full matrix's size, against plain Ray Tune.
 
-The 5,040 query-shift trials of orchestrator/grids/full_mlvp.yaml (v2t: 12 types x 5 severities + clean; t2v: the 10
+The 5,040 query-shift trials of grids/full_mlvp.yaml (v2t: 12 types x 5 severities + clean; t2v: the 10
 character- and word-level text types + clean; 5 datasets, 7 methods, 2 backbones), planned from stand-in annotation
 files (tests/conftest.py's layouts), each a **no-op** that returns at once, or sleeps a real trial's length
 (`--trial-seconds`: 2 s is an embedded-default trial on a GPU, 18 s a 1,000-query ViT-B/32 trial on an H200, both
@@ -125,7 +125,7 @@ def make_grid(work: Path) -> Path:
     weights = work / "clip.bin"
     stand_in_weights(weights)
     os.environ["MLVP_DATA"], os.environ["MLVP_WEIGHTS"] = str(work / "data"), str(weights)
-    grid = yaml.safe_load((REPO / "orchestrator" / "grids" / "full_mlvp.yaml").read_text())
+    grid = yaml.safe_load((REPO / "grids" / "full_mlvp.yaml").read_text())
     grid["name"] = "overhead"
     grid.pop("query_gallery_shift", None)
     # hub_k within the stand-in galleries (2 to 4 items), or the re-submit's `check_hub_k` refuses the grid

@@ -32,7 +32,7 @@ def main(argv=None) -> int:
         found = sorted((cache / "models").glob(f"clip4clip-{args.clip_model}-{dataset}-*.pt"))
         if not found:
             raise SystemExit(f"no clip4clip checkpoint for {dataset} under {cache / 'models'}: run "
-                             "orchestrator/grids/qgs_quickstart.yaml with this results directory first")
+                             "grids/qgs_quickstart.yaml with this results directory first")
         return str(found[-1])
 
     print(f"python benchmarks/qgs_domain_gap.py --results-dir {args.results_dir}")

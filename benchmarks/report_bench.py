@@ -1,4 +1,4 @@
-"""How long `report` takes on the paper's whole matrix: orchestrator/grids/full_mlvp.yaml planned over stand-in
+"""How long `report` takes on the paper's whole matrix: grids/full_mlvp.yaml planned over stand-in
 annotation files (tests/conftest.py's layouts, so no real data is needed), every trial given a ledger-like entry with
 made-up metrics (1% failed, 1% never run), then orchestrator/report/page.py's write_report timed. Also the size of what
 it writes.
@@ -36,7 +36,7 @@ def main() -> None:
         torch.save({}, tmp / "w.bin")   # a stand-in in the weights format: planning digests it, no trial loads it
         os.environ.update(MLVP_DATA=str(tmp / "data"), MLVP_WEIGHTS=str(tmp / "w.bin"))
         t0 = time.perf_counter()
-        grid = load_grid(ROOT / "orchestrator" / "grids" / "full_mlvp.yaml")
+        grid = load_grid(ROOT / "grids" / "full_mlvp.yaml")
         plan = build_plan(grid, Paths.make(tmp / "results", tmp / "cache"))
         t_plan = time.perf_counter() - t0
         rng = np.random.default_rng(0)

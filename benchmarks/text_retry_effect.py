@@ -9,7 +9,7 @@ Source model's t2v R@1 against the clean gallery is printed side by side:
 - "stand-in retry": the retry with the retrieval model's own text encoder (what a grid without
   assets.sentence_encoder does, flagged unfaithful): it accepts only edits the retrieval model itself finds similar;
 - "independent retry": the retry with an encoder trained apart from the retrieval model (the text tower of the
-  zero-shot CLIP that orchestrator/grids/qgs_quickstart.yaml pretrains from scratch on domain C: run that grid first),
+  zero-shot CLIP that grids/qgs_quickstart.yaml pretrains from scratch on domain C: run that grid first),
   the situation of the authors' paraphrase-mpnet-base-v2.
 """
 from __future__ import annotations
@@ -49,13 +49,13 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
 
-    plan = build_plan(load_grid(ROOT / "orchestrator" / "grids" / "text_t2v.yaml"), Paths.make(args.results_dir))
+    plan = build_plan(load_grid(ROOT / "grids" / "text_t2v.yaml"), Paths.make(args.results_dir))
     test = plan.datasets["synthetic"].test
     ckpt = {b: str(plan.model_path(CheckpointKey(b, "synthetic"))) for b in ("clip4clip", "xpool")}
     for b, p in ckpt.items():
         if not Path(p).is_file():
             sys.exit(f"no {b} checkpoint at {p}: run the quickstart first (python -m orchestrator submit "
-                     "orchestrator/grids/quickstart.yaml)")
+                     "grids/quickstart.yaml)")
     model = create_backbone("clip4clip", plan.grid.models.clip_model, pretrained=ckpt["clip4clip"]).eval()
     cache = RenderCache(plan.paths.render)
     clips = np.stack([cache.read(next(k for k in render_keys(plan, "synthetic", p.video_id)
@@ -71,10 +71,10 @@ def main() -> None:
 
     captions = [p.caption for p in test.pairs]
     ids = [p.video_id for p in test.pairs]
-    qgs = build_plan(load_grid(ROOT / "orchestrator" / "grids" / "qgs_quickstart.yaml"), Paths.make(args.results_dir))
+    qgs = build_plan(load_grid(ROOT / "grids" / "qgs_quickstart.yaml"), Paths.make(args.results_dir))
     independent = qgs.model_path(CheckpointKey("clip4clip", "pretrained"))
     if not independent.is_file():
-        sys.exit(f"no zero-shot CLIP at {independent}: run orchestrator/grids/qgs_quickstart.yaml first")
+        sys.exit(f"no zero-shot CLIP at {independent}: run grids/qgs_quickstart.yaml first")
     encoders = {"no retry": None,
                 "stand-in retry": BackboneTextEncoder("clip4clip", plan.grid.models.clip_model, ckpt["clip4clip"]),
                 "independent retry": BackboneTextEncoder("clip4clip", plan.grid.models.clip_model, str(independent),

@@ -188,7 +188,7 @@ def test_the_plan_lists_each_engine_the_backbones_read_and_none_for_tcd_without_
 def test_the_shipped_backbones_check_runs_tcd_with_and_without_ocr():
     from pathlib import Path
 
-    g = load_grid(Path(__file__).resolve().parents[1] / "orchestrator" / "grids" / "backbones_check.yaml")
+    g = load_grid(Path(__file__).resolve().parents[1] / "grids" / "backbones_check.yaml")
     assert g.backbones == ["clip4clip", "xpool", "hvp_net", "tcd", "tcd_no_ocr"]
     p = build_plan(g, Paths.make("/tmp/mlvp-bo-check"))
     assert p.ocr_engines == {"synthetic_text": ["rapidocr"]}

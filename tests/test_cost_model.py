@@ -2,7 +2,7 @@
 type's render cost passes through its own two measured clips (a type registered since is priced at the mean of the
 measured ones, and says so), a fine-tuning step scales with the images it takes and its precision, a
 dataset's clip size is read from its videos' headers where they are there, `plan`'s estimate of
-orchestrator/grids/full_mlvp.yaml equals to the second what the simulated cluster sleeps for the same plan, and the
+grids/full_mlvp.yaml equals to the second what the simulated cluster sleeps for the same plan, and the
 estimate counts only what remains to run. No Ray: the sim's rows and sleeps are computed, not slept."""
 from __future__ import annotations
 

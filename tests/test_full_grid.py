@@ -1,4 +1,4 @@
-"""orchestrator/grids/full_mlvp.yaml, the paper's whole matrix (video query shift and query-gallery shift), planned over
+"""grids/full_mlvp.yaml, the paper's whole matrix (video query shift and query-gallery shift), planned over
 annotation files in the five real datasets' layouts (tiny stand-ins from conftest.mlvp_env: no videos, no weights are
 read to plan)."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import build_plan
 
 REPO = Path(__file__).resolve().parents[1]
-FULL = REPO / "orchestrator" / "grids" / "full_mlvp.yaml"
+FULL = REPO / "grids" / "full_mlvp.yaml"
 
 
 def test_full_grid_is_the_papers_matrix(mlvp_env):

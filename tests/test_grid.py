@@ -40,7 +40,7 @@ def error_of(data) -> str:
 
 
 def test_quickstart_grid_is_valid_and_plans_the_issue_matrix():
-    grid = load_grid(ROOT / "orchestrator" / "grids" / "quickstart.yaml")
+    grid = load_grid(ROOT / "grids" / "quickstart.yaml")
     # the paper's story in four rows (issue #30 item 7): no adaptation, entropy minimisation, TCR, HAT-VTR
     assert grid.backbones == ["clip4clip", "xpool"] and grid.methods == ["source", "tent", "tcr", "hat_vtr"]
     plan = build_plan(grid, Paths.make("/tmp/mlvp-grid-test"))
@@ -196,7 +196,7 @@ def test_load_grid_file_errors(tmp_path):
 
 def test_every_shipped_grid_is_valid(mlvp_env):
     # grids on real data name it through the environment: mlvp_env points it at stand-in annotation files
-    paths = sorted((ROOT / "orchestrator" / "grids").glob("*.yaml"))
+    paths = sorted((ROOT / "grids").glob("*.yaml"))
     assert len(paths) >= 5
     for path in paths:
         load_grid(path)

@@ -11,7 +11,7 @@ from orchestrator.planning.paths import Paths
 from orchestrator.planning.plan import PlanError, build_plan, missing_videos
 from workloads.datasets import create_dataset
 
-FULL = "orchestrator/grids/full_mlvp.yaml"
+FULL = "grids/full_mlvp.yaml"
 
 
 def test_plan_lists_missing_videos_per_dataset_and_fails_on_a_dataset_without_any(mlvp_env, capsys):

@@ -1,4 +1,4 @@
-"""`plan` and `submit --dry-run` size orchestrator/grids/full_mlvp.yaml before the data is on disk (issue #14 item 4):
+"""`plan` and `submit --dry-run` size grids/full_mlvp.yaml before the data is on disk (issue #14 item 4):
 trials by scenario, render sets, checkpoints and gallery encodings, clip counts unknown and the missing paths listed
 with the variable or key to set; with annotations, the clip counts and a GPU-hours estimate from
 orchestrator/planning/cost_model.py. Nothing starts: no Ray, no ledger, no MLflow store. The expected counts come from
@@ -27,7 +27,7 @@ from workloads.perturbations.text import TEXT_PERTURBATIONS
 from workloads.perturbations.video import VIDEO_PERTURBATIONS
 
 REPO = Path(__file__).resolve().parents[1]
-FULL = REPO / "orchestrator" / "grids" / "full_mlvp.yaml"
+FULL = REPO / "grids" / "full_mlvp.yaml"
 DATASETS = list(FOLDERS)                 # the five real datasets (conftest's stand-in layouts)
 BACKBONES = ["clip4clip", "xpool"]
 

@@ -21,34 +21,34 @@ def _hf_folder(path, weights=b"weights v1", name="model.safetensors"):
 def test_hf_clip_folder_as_models_pretrained(mlvp_env, monkeypatch):
     folder = _hf_folder(mlvp_env / "clip-vit-base-patch32")
     monkeypatch.setenv("MLVP_WEIGHTS", str(folder))
-    plan = build_plan(load_grid("orchestrator/grids/qgs_zero_shot.yaml"), Paths.make(mlvp_env / "results"))
+    plan = build_plan(load_grid("grids/qgs_zero_shot.yaml"), Paths.make(mlvp_env / "results"))
     model = plan.models[CheckpointKey("clip4clip", PRETRAINED)]
     assert model.given_path == str(folder) and model.version.startswith("file:")
     assert {t.model_version for t in plan.trials} == {model.version}
     # the version follows the weights' content (and the config's), not the folder's name
     _hf_folder(folder, b"weights v2")
-    again = build_plan(load_grid("orchestrator/grids/qgs_zero_shot.yaml"), Paths.make(mlvp_env / "results"))
+    again = build_plan(load_grid("grids/qgs_zero_shot.yaml"), Paths.make(mlvp_env / "results"))
     assert again.models[CheckpointKey("clip4clip", PRETRAINED)].version != model.version
     # the older layout (pytorch_model.bin) is a folder too
     bin_folder = _hf_folder(mlvp_env / "hf_bin", name="pytorch_model.bin")
     monkeypatch.setenv("MLVP_WEIGHTS", str(bin_folder))
-    assert load_grid("orchestrator/grids/qgs_zero_shot.yaml").models.pretrained == str(bin_folder)
+    assert load_grid("grids/qgs_zero_shot.yaml").models.pretrained == str(bin_folder)
 
 
 def test_a_folder_without_weights_is_a_one_line_grid_error(mlvp_env, monkeypatch):
     empty = mlvp_env / "not-weights"
     empty.mkdir()
     monkeypatch.setenv("MLVP_WEIGHTS", str(empty))
-    with pytest.raises(GridError, match=r"^orchestrator/grids/qgs_zero_shot.yaml: models.pretrained: .*not-weights: "
+    with pytest.raises(GridError, match=r"^grids/qgs_zero_shot.yaml: models.pretrained: .*not-weights: "
                                         r"not a weights folder; expected config.json \+ model.safetensors") as err:
-        load_grid("orchestrator/grids/qgs_zero_shot.yaml")
+        load_grid("grids/qgs_zero_shot.yaml")
     assert "\n" not in str(err.value)
     no_config = mlvp_env / "no-config"
     no_config.mkdir()
     (no_config / "model.safetensors").write_bytes(b"x")
     monkeypatch.setenv("MLVP_WEIGHTS", str(no_config))
     with pytest.raises(GridError, match="model.safetensors without config.json"):
-        load_grid("orchestrator/grids/qgs_zero_shot.yaml")
+        load_grid("grids/qgs_zero_shot.yaml")
 
 
 def test_hf_clip_folder_as_a_checkpoint(mlvp_env, tmp_path):

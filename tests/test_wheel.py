@@ -59,11 +59,13 @@ def installed(tmp_path_factory):
 
 def test_the_wheel_carries_the_shipped_grids_and_model_configs(installed):
     names = zipfile.ZipFile(installed["wheel"]).namelist()
-    shipped = sorted(p.name for p in (REPO / "orchestrator" / "grids").glob("*.yaml"))
-    assert shipped and sorted(Path(n).name for n in names if n.startswith("orchestrator/grids/")) == shipped
+    shipped = sorted(p.name for p in (REPO / "grids").glob("*.yaml"))
+    # the checkout's top-level grids/ is installed as the package orchestrator.grids (pyproject.toml's package-dir)
+    in_wheel = sorted(Path(n).name for n in names if n.startswith("orchestrator/grids/") and n.endswith(".yaml"))
+    assert shipped and in_wheel == shipped
     configs = sorted(p.name for p in (REPO / "workloads" / "backbones" / "model_configs").glob("*.json"))
     assert configs and all(f"workloads/backbones/model_configs/{c}" in names for c in configs)
-    assert not any(n.startswith(("tests/", "benchmarks/", ".venv/")) for n in names)
+    assert not any(n.startswith(("tests/", "benchmarks/", ".venv/", "grids/")) for n in names)
 
 
 def test_the_installed_package_is_the_wheel_not_the_checkout(installed):

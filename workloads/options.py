@@ -7,10 +7,32 @@ check every option when they load (`plan` and `--dry-run` fail on `margin: 1.5`,
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 _KIND_NAMES = {bool: "true/false", int: "an integer", float: "a number", str: "a string"}
+
+# An error message shows at most this many characters of a value: a grid's value can be a long string or a nested
+# list many times the size of its file (YAML aliases), and its whole repr would be the message (issue #47 item 3;
+# orchestrator/config/errors.py shows grid values with it too)
+VALUE_CHARS = 200
+_REPR = reprlib.Repr()   # bounded work as well as bounded text: a few items and levels of a container
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxset = 3, 8, 8, 8, 8
+_REPR.maxstring = _REPR.maxother = VALUE_CHARS
+
+
+def short_repr(value: Any) -> str:
+    """`repr(value)` for an error message: whole when short, else its first ~200 characters and its size, without
+    building the whole repr (every error message that shows a grid's value goes through here)."""
+    if isinstance(value, str) and len(value) > VALUE_CHARS:
+        return f"{value[:VALUE_CHARS]!r}... ({len(value):,} characters)"
+    text = _REPR.repr(value)
+    if len(text) > VALUE_CHARS:
+        text = text[:VALUE_CHARS] + "..."
+    if isinstance(value, (list, tuple, dict, set)) and (len(text) > VALUE_CHARS or "..." in text):
+        text += f" ({len(value):,} item{'s' if len(value) != 1 else ''})"
+    return text
 
 
 class OptionError(ValueError):
@@ -62,7 +84,7 @@ class Option:
             ok = ((self.min is None or value >= self.min) and (self.max is None or value <= self.max)
                   and (self.above is None or value > self.above))
         if not ok:
-            raise OptionError(f"{where} must be {self.rule()}, got {value!r}")
+            raise OptionError(f"{where} must be {self.rule()}, got {short_repr(value)}")
         return value
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.config.errors import GridError, MissingPath, check_choice, check_names, did_you_mean
+from orchestrator.config.errors import GridError, MissingPath, check_choice, check_names, did_you_mean, short_repr
 from orchestrator.config.names import known_backbones, known_datasets, known_methods, known_text_perturbations
 from orchestrator.config.scenarios import SCENARIOS
 from orchestrator.config.schema import AssetsSpec, GridSpec, build
@@ -59,7 +59,7 @@ def _build_scenarios(data: dict, sections: dict[str, dict[str | None, type]]) ->
             continue
         section = data[root] or {}
         if not isinstance(section, dict):
-            raise GridError(f"{root}: expected a mapping, got {section!r}")
+            raise GridError(f"{root}: expected a mapping, got {short_repr(section)}")
         fields_of = {c: {f.name for f in dataclasses.fields(cls.Config)} for c, cls in children.items()}
         shared_ok = set().union(*fields_of.values())
         for key in section:
@@ -75,7 +75,7 @@ def _build_scenarios(data: dict, sections: dict[str, dict[str | None, type]]) ->
             cls = children[child]
             own = section[child] or {}
             if not isinstance(own, dict):
-                raise GridError(f"{root}.{child}: expected a mapping, got {own!r}")
+                raise GridError(f"{root}.{child}: expected a mapping, got {short_repr(own)}")
             merged = {**{k: v for k, v in shared.items() if k in fields_of[child]}, **own}
             built[cls.name] = cls(build(cls.Config, merged, f"{root}.{child}"))
     order = list(scenario_classes())
@@ -84,7 +84,7 @@ def _build_scenarios(data: dict, sections: dict[str, dict[str | None, type]]) ->
 
 def _build_grid(data: Any) -> GridSpec:
     if not isinstance(data, dict):
-        raise GridError(f"grid: expected a mapping of keys (name, datasets, ...), got {data!r}")
+        raise GridError(f"grid: expected a mapping of keys (name, datasets, ...), got {short_repr(data)}")
     sections = _sections()
     static = [f.name for f in dataclasses.fields(GridSpec) if f.name not in ("source", "scenarios")]
     unknown = [k for k in data if k not in static and k not in sections]
@@ -105,7 +105,7 @@ def validate(grid: GridSpec, check: PathCheck | None = None) -> GridSpec:
     check = check or PathCheck()
     problem = grid_name_problem(grid.name)
     if problem:
-        raise GridError(f"name: {grid.name!r}: {problem}")
+        raise GridError(f"name: {short_repr(grid.name)}: {problem}")
     check_names("datasets", list(grid.datasets), known_datasets(), "dataset")
     _check_backbones(grid)
     methods = known_methods()
@@ -130,8 +130,10 @@ def validate(grid: GridSpec, check: PathCheck | None = None) -> GridSpec:
     check_seeds(grid)
     check_search(grid)
     name = grid.models.clip_model
-    if "/" not in name and ":" not in name and model_config(name) is None:   # hub or folder names: open_clip's
-        raise GridError(f"models.clip_model: unknown open_clip config {name!r}{did_you_mean(name, known_models())}; "
+    # hub or folder names: open_clip's; a name longer than any config file's is none (and no file name can hold it)
+    if "/" not in name and ":" not in name and (len(name) > 200 or model_config(name) is None):
+        raise GridError(f"models.clip_model: unknown open_clip config {short_repr(name)}"
+                        f"{did_you_mean(name, known_models())}; "
                         f"this project's: {', '.join(project_models())}; or one of open_clip's, e.g. "
                         f"ViT-B-32-quickgelu (OpenAI's ViT-B/32)")
     ft = grid.models.finetune
@@ -174,7 +176,7 @@ def validate(grid: GridSpec, check: PathCheck | None = None) -> GridSpec:
     if a.back_translation_models is not None:
         if len(a.back_translation_models) != 2:
             raise GridError("assets.back_translation_models: give two folders, [en->de, de->en], got "
-                            f"{a.back_translation_models!r}")
+                            f"{short_repr(a.back_translation_models)}")
         for i, folder in enumerate(a.back_translation_models):
             _check_path(f"assets.back_translation_models[{i}]", folder, "dir", check)
     for name, entry in grid.datasets.items():
@@ -285,8 +287,8 @@ def expand_path(where: str, value: str | None, check: PathCheck | None = None) -
             return m["default"]
         if check.tolerate(where, value, f"{m['name']} is not set: export {m['name']}=/path, or write {where} out"):
             return m.group(0)
-        raise GridError(f"{where}: environment variable {m['name']} is not set (in {value!r}); export it, e.g. "
-                        f"export {m['name']}=/path, or write the path out")
+        raise GridError(f"{where}: environment variable {m['name']} is not set (in {short_repr(value)}); export it, "
+                        f"e.g. export {m['name']}=/path, or write the path out")
 
     return _ENV_VAR.sub(sub, value)
 
@@ -326,8 +328,23 @@ def parse_grid(data: Any, source: str = "<grid>", check: PathCheck | None = None
         raise GridError(f"{source}: {err}") from None
 
 
+# A grid is a few KB of YAML (the shipped ones: at most ~6 KB, a few hundred values). The bounds below refuse, in one
+# line and before anything is built from it, a file that would take the loader's memory or time: YAML aliases (*a)
+# repeat a node without copying it, so nine nested anchors of nine copies each make a 1 KB file of 387 million
+# values, which validating or showing in an error message would expand (issue #47 item 3)
+MAX_GRID_BYTES = 1 << 20            # the file itself
+MAX_GRID_VALUES = 100_000           # its values, lists and mappings with every alias expanded
+
+
 class _GridLoader(yaml.SafeLoader):
-    """YAML with duplicate keys refused (the last one would silently win)."""
+    """YAML with duplicate keys refused (the last one would silently win), and a document whose aliases expand it
+    past MAX_GRID_VALUES refused after composing (which does not expand them) and before constructing."""
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _check_expanded_size(node)
+        return node
 
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, Any] = {}
@@ -335,9 +352,49 @@ class _GridLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise GridError(f"line {key_node.start_mark.line + 1}, column {key_node.start_mark.column + 1}: "
-                                f"duplicate key {key!r} (first at line {seen[key] + 1})")
+                                f"duplicate key {short_repr(key)} (first at line {seen[key] + 1})")
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
+
+
+def _check_expanded_size(root: yaml.Node) -> None:
+    """A GridError when `root` with every alias expanded holds more than MAX_GRID_VALUES nodes, or repeats itself
+    (an alias inside its own anchor). Linear in the distinct nodes: an aliased node is the same object wherever it
+    appears, so each one's expanded size is counted once (memoised by identity), never by expanding it."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    aliased = False
+
+    def size(node: yaml.Node) -> int:
+        nonlocal aliased
+        key = id(node)
+        if key in sizes:
+            aliased = True
+            return sizes[key]
+        if key in open_nodes:
+            raise GridError(f"line {node.start_mark.line + 1}: a YAML alias inside its own anchor repeats it without "
+                            "end: write the value out")
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > MAX_GRID_VALUES:
+                break   # past the bound: the rest need not be counted
+        open_nodes.discard(key)
+        sizes[key] = total
+        return total
+
+    if size(root) > MAX_GRID_VALUES:
+        what = "YAML aliases (*name) expand it to" if aliased else "it holds"
+        raise GridError(f"{what} more than {MAX_GRID_VALUES:,} values, the limit of a grid file (the shipped grids "
+                        "hold a few hundred)" + (": write the repeated parts out, or nest fewer anchors"
+                                                 if aliased else ""))
 
 
 def _check_weights(key: str, path: str, what: str, check: PathCheck) -> None:
@@ -367,11 +424,21 @@ def load_grid(path: str | Path, missing: list[MissingPath] | None = None) -> Gri
 
 
 def _load_grid(path: str | Path, check: PathCheck) -> GridSpec:
+    return parse_grid(read_yaml(path), str(path), check)
+
+
+def read_yaml(path: str | Path) -> Any:
+    """The data of a grid file, read within the bounds above (MAX_GRID_BYTES, MAX_GRID_VALUES, nesting) and with
+    duplicate keys refused: a GridError in one line naming the file otherwise. Not yet a grid (`load_grid` checks
+    that)."""
     p = Path(path)
     if p.is_dir():
         raise GridError(f"{path}: is a folder, not a grid file")
     if not p.is_file():
         raise GridError(f"{path}: grid file not found")
+    if (n_bytes := p.stat().st_size) > MAX_GRID_BYTES:
+        raise GridError(f"{path}: {n_bytes:,} bytes, more than a grid file may be ({MAX_GRID_BYTES:,} bytes; the "
+                        "shipped grids are a few KB)")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
@@ -380,11 +447,13 @@ def _load_grid(path: str | Path, check: PathCheck) -> GridSpec:
         data = yaml.load(text, Loader=_GridLoader)
     except GridError as err:
         raise GridError(f"{path}: {err}") from None
+    except RecursionError:   # the composer recurses once per level
+        raise GridError(f"{path}: lists or mappings nested too deeply for a grid (hundreds of levels)") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise GridError(f"{path}: not valid YAML: {where}{problem}") from None
-    return parse_grid(data, str(path), check)
+    return data
 
 

@@ -14,7 +14,8 @@ import tokenize
 import typing
 from typing import Any
 
-from orchestrator.config.grid import scenario_classes
+from orchestrator.config.grid import MAX_GRID_BYTES, MAX_GRID_VALUES, scenario_classes
+from orchestrator.config.shipped import MAX_NAME
 from orchestrator.config.schema import GridSpec
 
 HIDDEN = {"source", "scenarios"}   # set by the loader, not written in a grid
@@ -121,7 +122,9 @@ def grid_reference() -> str:
            "sections of orchestrator/config/scenarios) by `python -m orchestrator.config.reference`; "
            "tests/test_grid_reference.py fails when this file is stale. A grid is checked when it loads: an unknown "
            "key, a wrong type or a value out of range fails in one line naming the key. Paths may name environment "
-           "variables, `${VAR}` or `${VAR:-default}`.", ""]
+           "variables, `${VAR}` or `${VAR:-default}`. A grid file is at most "
+           f"{MAX_GRID_BYTES / 2**20:g} MiB and {MAX_GRID_VALUES:,} values with its YAML aliases (`*name`) expanded; "
+           f"its `name` at most {MAX_NAME} characters (a folder of the results).", ""]
     out += section(GridSpec, "")
     for cls in scenario_classes().values():
         doc = " ".join((cls.__doc__ or "").split()) or None

@@ -9,7 +9,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.config.errors import GridError, did_you_mean
+from orchestrator.config.errors import GridError, did_you_mean, short_repr
 from workloads.options import Option, OptionError
 
 
@@ -282,38 +282,38 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
                 return _convert(value, arg, where)
             except GridError:
                 pass
-        raise GridError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+        raise GridError(f"{where}: expected {_type_name(tp)}, got {short_repr(value)}")
     if dataclasses.is_dataclass(tp):
         return build(tp, value, where)
     if origin is list:
         if not isinstance(value, list):
-            raise GridError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+            raise GridError(f"{where}: expected {_type_name(tp)}, got {short_repr(value)}")
         (item,) = typing.get_args(tp)
         return [_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if value is None:
             return {}
         if not isinstance(value, dict):
-            raise GridError(f"{where}: expected a mapping, got {value!r}")
+            raise GridError(f"{where}: expected a mapping, got {short_repr(value)}")
         kt, vt = typing.get_args(tp)
         return {_convert(k, kt, where): _convert(v, vt, f"{where}.{k}") for k, v in value.items()}
     if tp is Any:
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise GridError(f"{where}: expected true/false, got {value!r}")
+            raise GridError(f"{where}: expected true/false, got {short_repr(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise GridError(f"{where}: expected an integer, got {value!r}")
+            raise GridError(f"{where}: expected an integer, got {short_repr(value)}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise GridError(f"{where}: expected a number, got {value!r}")
+            raise GridError(f"{where}: expected a number, got {short_repr(value)}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise GridError(f"{where}: expected a string, got {value!r}")
+            raise GridError(f"{where}: expected a string, got {short_repr(value)}")
         return value
     raise TypeError(f"unsupported schema type {tp!r}")
 
@@ -322,7 +322,7 @@ def build(cls: type, data: Any, where: str):
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise GridError(f"{where or 'grid'}: expected a mapping, got {data!r}")
+        raise GridError(f"{where or 'grid'}: expected a mapping, got {short_repr(data)}")
     hints = typing.get_type_hints(cls)
     flds = {f.name: f for f in dataclasses.fields(cls) if f.name not in ("source", "scenarios")}
     unknown = [k for k in data if k not in flds]

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.config.errors import GridError, check_choice
+from orchestrator.config.errors import GridError, check_choice, short_repr
 from workloads.methods import METHODS
 from workloads.options import Option, OptionError
 
@@ -52,7 +52,8 @@ def check_seeds(grid) -> None:
     for i, s in enumerate(grid.seeds):
         if s < 0:
             raise GridError(f"seeds[{i}]: must be an integer >= 0, got {s}")
-    dup = next((s for s in grid.seeds if grid.seeds.count(s) > 1), None)
+    seen: set[int] = set()   # one pass: a long list is not counted once per seed
+    dup = next((s for s in grid.seeds if s in seen or seen.add(s)), None)
     if dup is not None:
         raise GridError(f"seeds: {dup} is listed twice; list each seed once")
 
@@ -74,7 +75,7 @@ def _domain(where: str, name: str, raw: Any) -> Domain:
         check_choice(where, dist, list(DISTRIBUTIONS))
         if (not isinstance(bounds, list) or len(bounds) != 2
                 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)):
-            raise GridError(f"{where}.{dist}: give [low, high], two numbers, got {bounds!r}")
+            raise GridError(f"{where}.{dist}: give [low, high], two numbers, got {short_repr(bounds)}")
         low, high = float(bounds[0]), float(bounds[1])
         if not low < high:
             raise GridError(f"{where}.{dist}: low must be below high, got [{bounds[0]}, {bounds[1]}]")
@@ -84,7 +85,7 @@ def _domain(where: str, name: str, raw: Any) -> Domain:
             raise GridError(f"{where}.randint: give integer bounds, got [{bounds[0]}, {bounds[1]}]")
         return Domain(name, distribution=dist, low=low, high=high)
     raise GridError(f"{where}: give a list of values or one of {{{', '.join(DISTRIBUTIONS)}: [low, high]}}, "
-                    f"got {raw!r}")
+                    f"got {short_repr(raw)}")
 
 
 def searchable(method: str) -> dict[str, Option]:

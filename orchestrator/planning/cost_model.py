@@ -2,7 +2,7 @@
 (`estimate`, printed by orchestrator/planning/describe.py), `submit` orders the render sets by it
 (orchestrator/planning/render_sets.py `cost_ordered_sets`), and benchmarks/cluster_sim.py sleeps every render set and
 trial for the seconds it gives here (scaled down), so the simulated cluster's totals equal `plan`'s estimate for the
-same grid to the second (tests/test_cost_model.py checks it on orchestrator/grids/full_mlvp.yaml and on a small
+same grid to the second (tests/test_cost_model.py checks it on grids/full_mlvp.yaml and on a small
 generated grid).
 
 The units are the plan's own (orchestrator/planning/plan.py):

@@ -1,24 +1,101 @@
 """What `plan` and `submit --dry-run` print about a plan besides its checkpoints: render sets, gallery encodings,
 clips, the paths not on disk, the cost estimate of what remains to run and the clip sizes it assumed (and, for
-`plan --verbose`, every figure of the cost model with its source). Plain text lines, no markup."""
+`plan --verbose`, every figure of the cost model with its source); a one-line warning above LARGE_PLAN trials; long
+axis lists shortened (`short_list`) and notes that differ only in their dataset grouped (`grouped_notes`). Plain
+text lines, no markup."""
 from __future__ import annotations
 
+import re
 from collections import Counter
 
-from orchestrator.planning.cost_model import MEASURED_OVER_BOUND, CostModel, PlanCosts, estimate, wall_time
+from orchestrator.planning.cost_model import MEASURED_OVER_BOUND, CostModel, Estimate, PlanCosts, estimate, wall_time
 from orchestrator.planning.plan import Plan
 from orchestrator.planning.work import all_work, remaining_work
 from workloads.spec import CLEAN
 
+# Trials above which `plan` and `submit` warn (one line, with the size and the estimate): the paper's whole matrix
+# is ~7,800 (grids/full_mlvp.yaml); a grid of 100,000 and more is most likely an axis written larger than meant
+# (`seeds:` of a thousand), and every trial is a ledger file, an MLflow run and a row of every output
+LARGE_PLAN = 100_000
+SHORT_LIST = 8   # a list of more items is printed as its first three, its last and its length
 
-def sizing_lines(plan: Plan, cost: CostModel | None = None, todo: list | None = None, verbose: bool = False
-                 ) -> list[str]:
+
+def short_list(values) -> str:
+    """`values` joined with ", "; a long list as its first three, "...", its last and its length:
+    "0, 1, 2, ... 999 (1,000)"."""
+    values = [str(v) for v in values]
+    if len(values) <= SHORT_LIST:
+        return ", ".join(values)
+    return f"{', '.join(values[:3])}, ... {values[-1]} ({len(values):,})"
+
+
+def grouped_notes(notes: list[str], datasets) -> list[str]:
+    """`notes` with those that differ only in the one dataset they name merged into one line that lists the datasets
+    ("t2v back_translation on 5 datasets (msrvtt, ..., didemo): unavailable, not run: ..."), in the order each
+    first appears; a note naming no dataset, or several, is kept as it is. Linear in the notes."""
+    names = sorted(map(str, datasets), key=len, reverse=True)
+    if not names:
+        return list(notes)
+    word = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, names)) + r")(?![A-Za-z0-9_])")
+    groups: dict[str, list[str]] = {}
+    for note in notes:
+        named = set(word.findall(note))
+        if len(named) != 1:
+            groups.setdefault(note, [])
+            continue
+        template, name = word.sub("\0", note), named.pop()   # NUL: no note holds one
+        if name not in groups.setdefault(template, []):   # the same note twice: once
+            groups[template].append(name)
+    out = []
+    for template, where in groups.items():
+        if len(where) <= 1:
+            out.append(template.replace("\0", where[0]) if where else template)
+            continue
+        which = f"{len(where)} datasets ({', '.join(where)})"
+        subject, colon, rest = template.partition(": ")
+        if subject.startswith("\0 ") and colon:   # "msrvtt t2v formal: ..." -> "t2v formal on 5 datasets (...): ..."
+            line = f"{subject[2:]} on {which}: {rest}"
+        else:
+            line = template.replace("\0", which, 1)
+        out.append(line.replace("\0", "<dataset>"))
+    return out
+
+
+def plan_estimate(plan: Plan, cost: CostModel | None = None, todo: list | None = None
+                  ) -> tuple[PlanCosts, Estimate] | None:
+    """The cost model over `plan` and its estimate of what remains to run (`todo`), or of the whole grid (None:
+    nothing remains). `sizing_lines` and `scale_warning` share one."""
+    if todo is not None and not todo:
+        return None
+    costs = PlanCosts(plan, cost)
+    return costs, estimate(costs, all_work(plan) if todo is None else remaining_work(plan, todo))
+
+
+def scale_warning(plan: Plan, estimated: tuple[PlanCosts, Estimate] | None) -> str | None:
+    """One line above LARGE_PLAN trials: how many, the estimate, and which axis multiplies them; None below."""
+    n = len(plan.trials)
+    if n <= LARGE_PLAN:
+        return None
+    if estimated is None:
+        cost = "nothing remains to run"
+    elif all(size is None for size in plan.clip_counts().values()):
+        cost = "GPU-hours unknown until the annotations are on disk"
+    else:
+        cost = estimated[1].line()
+    seeds = len(plan.seeds)
+    per_seed = f" ({seeds:,} seeds x {n // seeds:,})" if seeds > 1 else ""
+    return (f"a large grid: {n:,} trials{per_seed}, more than {LARGE_PLAN:,}; {cost}; each trial is a ledger entry, "
+            "an MLflow run and a row of every table: check its axes")
+
+
+def sizing_lines(plan: Plan, cost: CostModel | None = None, todo: list | None = None, verbose: bool = False,
+                 estimated: tuple[PlanCosts, Estimate] | None = None) -> list[str]:
     """What `plan` and `submit --dry-run` print after the checkpoints: render sets, gallery encodings, clips (unknown
     where the annotations are not on disk), the paths not on disk (one line each, with the key or variable to set)
     and the cost estimate (orchestrator/planning/cost_model.py) of what is known: of what remains to run when
     `todo` (the trials to run) is given, else of the whole grid; then the source clip size each dataset's render
     cost assumed (measured on its videos, or typical), and with `verbose` every figure of the cost model with where
-    it was measured. Plain text (no markup)."""
+    it was measured. Plain text (no markup). `estimated`: `plan_estimate`'s result when the caller has it."""
 
     sizes = plan.clip_counts()
     unknown = [d for d, n in sizes.items() if n is None]
@@ -50,9 +127,7 @@ def sizing_lines(plan: Plan, cost: CostModel | None = None, todo: list | None = 
     if todo is not None and not todo:
         lines.append("nothing remains to run: every cell is in the ledger (0 GPU-hours)")
         return lines
-    costs = PlanCosts(plan, cost)
-    work = all_work(plan) if todo is None else remaining_work(plan, todo)
-    est = estimate(costs, work)
+    costs, est = estimated or plan_estimate(plan, cost, todo)
     what = "" if todo is None else f"what remains ({len(todo)} trials): "
     if len(unknown) == len(sizes):
         lines.append("GPU-hours: unknown until the annotations are on disk (the cost model needs the clip counts: "

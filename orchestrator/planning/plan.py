@@ -323,6 +323,13 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
     # every trial at every seed (the first seed's trials first: its render sets come first), each method entry in its
     # grid configuration, then its searched ones (orchestrator/planning/search.py)
     configs = {entry: [SearchedConfig(""), *sampled_configs(grid, entry)] for entry in grid.methods}
+    # each method entry's row and its configurations' options, made once, not once per seed and cell (a grid of
+    # 1,000 seeds plans 1,000 times the trials of one: docs/notes/2026-12-02-plan-at-scale.md)
+    rows = {}
+    for entry in grid.methods:
+        method, options, faithful, variant = _method_entry(grid, entry)
+        rows[entry] = (method, faithful, variant,
+                       [(config, json.dumps({**options, **config.options})) for config in configs[entry]])
     source_pairs = grid.search.source_pairs if grid.search is not None else 0
     stream_order = "shuffled" if rt.stream_order == "shuffled" else ""
     bases: dict[tuple, TrialSpec] = {}   # a v2t query-shift trial per (dataset, seed, backbone, method, config)
@@ -344,8 +351,8 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
                 assets = _text_set(grid, cell.dataset, cell.perturbation, cell.severity, model_key, model,
                                    datasets, text_sets, seed)
             for entry in grid.methods:
-                method, options, faithful, variant = _method_entry(grid, entry)
-                for config in configs[entry]:
+                method, faithful, variant, entry_configs = rows[entry]
+                for config, options in entry_configs:
                     where = (seed, named, entry, config.name)
                     trials.extend(protocol_trials(grid, scenario.name, bases, where, TrialSpec(
                         dataset=cell.dataset, direction=cell.direction, scenario=scenario.name,
@@ -354,7 +361,7 @@ def build_plan(grid: GridSpec, paths: Paths, missing: list[MissingPath] | None =
                         model_version=model.version, data_version=datasets[cell.dataset].version,
                         batch_size=rt.batch_size, steps=config.steps or rt.steps, num_frames=rt.num_frames,
                         resolution=resolution, precision=rt.precision, hub_k=rt.hub_k,
-                        options=json.dumps({**options, **config.options}), render_assets=assets, variant=variant,
+                        options=options, render_assets=assets, variant=variant,
                         mix=cell.mix, config=config.name, stream_order=stream_order, source_pairs=source_pairs,
                         backbone_options=json.dumps(backbone_options) if backbone_options else "",
                         backbone_variant=backbone_variant)))

@@ -28,7 +28,7 @@ from typing import Iterator
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.planning.describe import sizing_lines
+from orchestrator.planning.describe import grouped_notes, plan_estimate, scale_warning, short_list, sizing_lines
 from orchestrator.planning.plan import Plan
 from orchestrator.planning.search import search_line
 from workloads.datasets.synthetic import is_complete
@@ -112,10 +112,13 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console,
     console.print(f"[bold]grid[/] {plan.grid.name} ({plan.grid.source}): {len(plan.trials)} trials "
                   f"({c.get('ok', 0)} done, {c.get('failed', 0)} failed, {damaged}{c.get('missing', 0)} new) -> "
                   f"{len(todo)} to run")
+    estimated = plan_estimate(plan, todo=todo)   # once: the warning and the sizing lines share it
+    if warning := scale_warning(plan, estimated):
+        console.print(f"  [yellow]warning[/]: {escape(warning)}")
     for scenario, n in Counter(t.scenario for t in plan.trials).items():
         console.print(f"  {scenario}: {n} trials")
     if len(plan.seeds) > 1:
-        console.print(f"  seeds: {', '.join(map(str, plan.seeds))} (every trial and render set at each)")
+        console.print(f"  seeds: {short_list(plan.seeds)} (every trial and render set at each)")
     if plan.grid.search is not None:
         console.print(f"  {search_line(plan)}")
     for name, ds in plan.datasets.items():
@@ -135,7 +138,7 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console,
         cached = not m.given_path and plan.model_path(key).is_file()
         console.print(f"  checkpoint {key.backbone}/{key.source}: {what}{' (cached)' if cached else ''}")
 
-    for line in sizing_lines(plan, todo=todo, verbose=verbose):
+    for line in sizing_lines(plan, todo=todo, verbose=verbose, estimated=estimated):
         console.print(f"  {escape(line)}")
     if plan.text_sets:
         cached = sum(1 for j in plan.text_sets if j.key.path(plan.paths.render).is_file())
@@ -144,7 +147,7 @@ def print_plan(plan: Plan, status: dict[str, str], todo: list, console: Console,
                       + (f"; {stand_in} use the backbone's text encoder as the similarity-retry stand-in, flagged "
                          "unfaithful: give assets.sentence_encoder for the reference encoder" if stand_in else "")
                       + ")")
-    for note in plan.notes:
+    for note in grouped_notes(plan.notes, plan.datasets):   # "... on 5 datasets (...)": one line, not five
         console.print(f"  [yellow]note[/]: {escape(note)}")
 
 

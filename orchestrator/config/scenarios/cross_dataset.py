@@ -9,7 +9,7 @@ from itertools import permutations
 
 import pandas as pd
 
-from orchestrator.config.errors import GridError, check_names
+from orchestrator.config.errors import GridError, check_names, short_repr
 from orchestrator.config.scenarios import register_scenario
 from orchestrator.config.scenarios._qgs import qgs_tables
 from orchestrator.config.scenarios.base import Cell, Scenario
@@ -44,12 +44,12 @@ class CrossDataset(Scenario):
         check_names(f"{where}.directions", self.config.directions, ["v2t", "t2v"], "direction")
         if isinstance(self.config.pairs, str) and self.config.pairs != "all":
             raise GridError(f"{where}.pairs: expected a list of [source, target] pairs or 'all', got "
-                            f"{self.config.pairs!r}")
+                            f"{short_repr(self.config.pairs)}")
         if self.config.pairs == "all" and len(grid.datasets) < 2:
             raise GridError(f"{where}.pairs: 'all' needs at least two datasets under datasets:")
         for i, pair in enumerate(self.config.pairs if self.config.pairs != "all" else []):
             if len(pair) != 2:
-                raise GridError(f"{where}.pairs[{i}]: a pair is [source, target], got {pair!r}")
+                raise GridError(f"{where}.pairs[{i}]: a pair is [source, target], got {short_repr(pair)}")
             check_names(f"{where}.pairs[{i}]", list(pair), list(grid.datasets), "dataset (declare it under "
                         "datasets:)")
         if not self.pairs(grid):

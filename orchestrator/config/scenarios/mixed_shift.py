@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from orchestrator.config.assets import unavailable_reason
-from orchestrator.config.errors import GridError, check_names
+from orchestrator.config.errors import GridError, check_names, short_repr
 from orchestrator.config.names import known_video_perturbations
 from orchestrator.config.scenarios import register_scenario
 from orchestrator.config.scenarios.base import Cell, Scenario
@@ -113,7 +113,7 @@ class MixedShift(Scenario):
                 continue
             if isinstance(part.perturbations, str) and part.perturbations != "all":
                 raise GridError(f"{where}.{name}.perturbations: a list of video perturbations or 'all', got "
-                                f"{part.perturbations!r}")
+                                f"{short_repr(part.perturbations)}")
             if part.perturbations != "all":
                 check_names(f"{where}.{name}.perturbations", part.perturbations, known_video_perturbations(),
                             "video perturbation")
@@ -122,7 +122,7 @@ class MixedShift(Scenario):
                 raise GridError(f"{where}.{name}: list at least one perturbation and one severity")
             if isinstance(part.text_perturbations, str) and part.text_perturbations != "all":
                 raise GridError(f"{where}.{name}.text_perturbations: a list of character- or word-level text "
-                                f"perturbations or 'all', got {part.text_perturbations!r}")
+                                f"perturbations or 'all', got {short_repr(part.text_perturbations)}")
             if part.text_perturbations != "all":
                 check_names(f"{where}.{name}.text_perturbations", part.text_perturbations, self._mixable_text(),
                             "character- or word-level text perturbation (sentence-level types have one severity)")
