@@ -1,11 +1,23 @@
 """Atomic file writes: readers see the old file or the whole new one, never a torn write, and a crash leaves no
-half-written file under the final name. Every cache, ledger and checkpoint write goes through here."""
+half-written file under the final name. Every cache, ledger and checkpoint write goes through here.
+
+A write that fails removes its temporary file. A process that dies mid-write cannot (kill -9, or a memory-mapped
+write on a full disk, which ends the process with SIGBUS): its temporary file stays, so `sweep_temporaries` removes
+the stale ones when the next driver starts (orchestrator/cli/commands.py)."""
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import time
 from pathlib import Path
 from typing import Iterator
+
+# `atomic_path`'s temporary names: ".NAME.PID.tmp" and ".NAME.PID.tmp.SUFFIX"
+TEMPORARY = re.compile(r"^\..+\.(\d+)\.tmp(\.[A-Za-z0-9]+)?$")
+# a temporary file changed this recently may belong to a writer on another host (a shared cache), whose pid this
+# host cannot check: the sweep leaves it
+SWEEP_MARGIN_S = 120.0
 
 
 @contextlib.contextmanager
@@ -31,3 +43,49 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):   # another user's process; an impossible pid is nobody's
+        return True
+    return True
+
+
+def sweep_temporaries(roots, started: float | None = None) -> tuple[int, int]:
+    """Remove the stale temporary files `atomic_path` left under `roots` (folders; missing ones skipped): last changed
+    over SWEEP_MARGIN_S before `started` (default: now), and named by a pid that is not a live process on this host.
+    Returns (files removed, bytes freed). Only files are removed, and only names of `atomic_path`'s pattern."""
+    before = (time.time() if started is None else started) - SWEEP_MARGIN_S
+    removed = freed = 0
+    stack = [Path(r) for r in roots]
+    seen: set[str] = set()
+    while stack:
+        folder = stack.pop()
+        try:
+            real = os.path.realpath(folder)
+            if real in seen:   # a cache whose folders are links to another's (tests/conftest.py private_cache)
+                continue
+            seen.add(real)
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir():   # links too: a linked folder is swept once, under its real path
+                    stack.append(Path(entry.path))
+                    continue
+                match = TEMPORARY.match(entry.name)
+                if match is None or not entry.is_file(follow_symlinks=False):
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                if st.st_mtime >= before or _alive(int(match.group(1))):
+                    continue
+                os.unlink(entry.path)
+                removed, freed = removed + 1, freed + st.st_size
+            except OSError:   # gone meanwhile, or not ours to remove
+                continue
+    return removed, freed

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import Counter
 import os
@@ -20,6 +21,7 @@ from orchestrator.planning.environment import checkpoint_paths, models_to_make
 from orchestrator.planning.paths import Paths, check_writable
 from orchestrator.planning.plan import Plan, build_plan, missing_videos, plan_for_sizing
 from orchestrator.record.ledger import TrialLedger
+from orchestrator.record.results_lock import results_lock
 from orchestrator.record.mlflow_store import StoreOfAnotherFolder, Tracker, check_store, default_tracking_uri
 from orchestrator.record.sync import select_trials, sync_grid
 from orchestrator.report.page import write_report
@@ -34,12 +36,41 @@ from orchestrator.stages.assets import prepare_assets
 from orchestrator.stages.check import reuse_ledger, run_check
 from orchestrator.stages.contact import write_contact_sheet
 from orchestrator.stages.finetune import prepare_models
+from workloads.atomic import sweep_temporaries
+
+
+# the commands that write a results folder: each holds its lock (orchestrator/record/results_lock.py) while it runs;
+# `status`, `plan` and `submit --dry-run` read without it
+WRITERS = ("submit", "resume", "check", "sync", "report")
+# the ones that also write the cache: they sweep the temporary files a killed run left there (workloads/atomic.py)
+SWEEPERS = ("submit", "resume", "check")
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    return {"submit": cmd_submit, "resume": cmd_resume, "plan": cmd_plan, "status": cmd_status,
-            "report": cmd_report, "render": cmd_render, "sync": cmd_sync, "grids": cmd_grids,
-            "convert-checkpoint": cmd_convert_checkpoint, "check": cmd_check}[args.command](args)
+    command = {"submit": cmd_submit, "resume": cmd_resume, "plan": cmd_plan, "status": cmd_status,
+               "report": cmd_report, "render": cmd_render, "sync": cmd_sync, "grids": cmd_grids,
+               "convert-checkpoint": cmd_convert_checkpoint, "check": cmd_check}[args.command]
+    if args.command not in WRITERS or getattr(args, "dry_run", False):
+        return command(args)
+    resolve_grid(args.grid, args.results_dir)   # a grid that is not there makes no results folder
+    if args.command == "report" and not Path(args.results_dir).expanduser().is_dir():
+        return command(args)   # nothing to report, nothing written (the command says so)
+    with results_lock(args.results_dir, f"mlvp {args.command} {args.grid}", getattr(args, "break_lock", False)) \
+            as holder:
+        if args.command in SWEEPERS:
+            _sweep(args, holder["started_unix"])
+        return command(args)
+
+
+def _sweep(args: argparse.Namespace, started: float) -> None:
+    """The temporary files that writers killed mid-write left in the cache and the results folder (workloads/
+    atomic.py `sweep_temporaries`): removed, in one line."""
+    paths = Paths.make(args.results_dir, args.cache_dir)
+    removed, freed = sweep_temporaries([paths.cache, paths.results], started)
+    if removed:
+        print(f"note: removed {removed} stale temporary file{'s' if removed > 1 else ''} ({freed / 2**20:.1f} MB) "
+              f"left by an earlier run that was killed mid-write under {paths.cache} and {paths.results}",
+              file=sys.stderr, flush=True)
 
 
 def _grid(args: argparse.Namespace) -> tuple[str, GridSpec, Paths]:
