@@ -1,0 +1,214 @@
+"""A results folder that faults and races leave whole (issue 47 items 2 and 6), with real processes: two drivers of
+one folder (the second stops in one line, the first finishes), a driver killed with SIGKILL (its lock is stale and
+taken by the next one, its helper processes end with it, the temporary files of writers killed mid-write are swept),
+a write that fails (its temporary file removed), a results disk that fills, and a corrupt MLflow store.
+
+Submissions are real `python -m orchestrator` processes on the session's shared cache, as in tests/test_faults.py.
+"""
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from test_faults import cli_env, common, grid, ledger_files, parent_id, plan_of, reap, run_cli, start_cli, wait_for
+from orchestrator.record.ledger import TrialLedger
+from orchestrator.record.mlflow_store import default_tracking_uri
+from orchestrator.record.results_lock import HOLDER_NAME, ResultsFolderLocked, results_lock
+from workloads.atomic import SWEEP_MARGIN_S, sweep_temporaries
+from workloads.render_cache import RenderCache, RenderKey
+
+
+@pytest.fixture(scope="module")
+def prepared(shared_cache, tmp_path_factory):
+    """The shared cache with the micro dataset, the clip4clip checkpoint and the clean clips (one `check`)."""
+    tmp = tmp_path_factory.mktemp("folder-faults-prep")
+    g = grid(tmp, "prep", methods="[source]")
+    out = run_cli("check", str(g), *common(tmp / "results", shared_cache), "--num-cpus", "2")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return shared_cache
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+# -- /proc: a process's descendants --------------------------------------------------------------------------------
+def _stat(pid: int) -> tuple[int, str] | None:
+    """(parent pid, state) of a process, None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[1]), fields[0]
+
+
+def alive(pid: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[1] != "Z"   # a zombie has ended: only its exit status waits to be read
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every live process below `pid`, with its command line."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
+            children.setdefault(stat[0], []).append(int(entry))
+    out, stack = {}, [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            try:
+                out[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+            except OSError:
+                continue
+            stack.append(child)
+    return out
+
+
+def tracking_child(pid: int) -> int | None:
+    """The tracking process among `pid`'s children (orchestrator/record/tracker_process.py: a spawned interpreter)."""
+    return next((p for p, cmd in descendants(pid).items() if "multiprocessing.spawn" in cmd
+                 and _stat(p) is not None and _stat(p)[0] == pid), None)
+
+
+# -- the lock, in this process and another ---------------------------------------------------------------------------
+def test_a_held_lock_stops_a_second_holder_in_one_line_and_a_killed_holder_leaves_a_stale_one(tmp_path):
+    results = tmp_path / "results"
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+from orchestrator.record.results_lock import results_lock
+import time
+with results_lock({str(results)!r}, "mlvp submit micro"):
+    print("held", flush=True)
+    time.sleep(600)
+"""], stdout=subprocess.PIPE, text=True, env=cli_env())
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ResultsFolderLocked) as err:
+            with results_lock(results, "mlvp report micro"):
+                pass
+        line = str(err.value)
+        assert "\n" not in line
+        assert f"in use by `mlvp submit micro` (pid {holder.pid} on host {platform.node()}, since " in line
+        assert f"kill {holder.pid}" in line
+        holder.send_signal(signal.SIGKILL)   # the kernel releases its flock; its record stays
+        holder.wait(timeout=10)
+    finally:
+        holder.kill()
+    assert json.loads((results / HOLDER_NAME).read_text())["pid"] == holder.pid
+    notes = []
+    with results_lock(results, "mlvp resume micro", note=notes.append) as mine:
+        assert mine["pid"] == os.getpid()
+        assert json.loads((results / HOLDER_NAME).read_text())["pid"] == os.getpid()
+    assert len(notes) == 1 and f"stale lock of `mlvp submit micro` (pid {holder.pid} on host" in notes[0]
+    assert "ended without releasing it" in notes[0]
+    assert not (results / HOLDER_NAME).exists()   # released on the way out
+
+
+def test_a_holder_recorded_on_another_host_is_refused_unless_broken(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / HOLDER_NAME).write_text(json.dumps({"pid": 4242, "host": "other-node", "command": "mlvp submit full",
+                                                   "started_unix": time.time() - 3600}))
+    with pytest.raises(ResultsFolderLocked, match=r"on another host: this host cannot check .* --break-lock"):
+        with results_lock(results, "mlvp submit full"):
+            pass
+    out = run_cli("sync", "quickstart", "--results-dir", str(results))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--break-lock" in out.stderr, out.stderr
+    notes = []
+    with results_lock(results, "mlvp submit full", break_lock=True, note=notes.append):
+        pass
+    assert len(notes) == 1 and "other-node" in notes[0] and "--break-lock" in notes[0]
+
+
+# -- temporary files -------------------------------------------------------------------------------------------------
+def test_the_sweep_removes_only_stale_temporaries_of_dead_writers(tmp_path):
+    old = time.time() - 3600
+    stale = tmp_path / "render" / "synthetic" / f".clip-ab12.npz.{dead_pid()}.tmp"
+    mp4 = tmp_path / "videos" / f".v1.mp4.{dead_pid()}.tmp.mp4"
+    live = tmp_path / "render" / f".clip-cd34.npz.{os.getpid()}.tmp"          # its writer runs
+    fresh = tmp_path / "render" / f".clip-ef56.npz.{dead_pid()}.tmp"          # changed just now
+    other = tmp_path / "render" / "notes.tmp"                                  # not atomic_path's name
+    for f in (stale, mp4, live, fresh, other):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(b"x" * 1000)
+    for f in (stale, mp4, live, other):
+        os.utime(f, (old, old))
+    assert sweep_temporaries([tmp_path, tmp_path / "missing"]) == (2, 2000)
+    assert not stale.exists() and not mp4.exists()
+    assert live.exists() and fresh.exists() and other.exists()
+    os.utime(fresh, (time.time() - SWEEP_MARGIN_S - 5,) * 2)
+    assert sweep_temporaries([tmp_path]) == (1, 1000)
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here to fill ({out.stderr.strip()})")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_render_write_that_fills_the_disk_removes_its_temporary_file(tiny_tmpfs):
+    cache = RenderCache(tiny_tmpfs / "render")
+    key = RenderKey("synthetic", "d1", "v1", "gaussian_noise", 3, 0, 8, 96)
+    frames = np.random.default_rng(0).integers(0, 255, (8, 96, 96, 3), dtype=np.uint8)
+    big = np.concatenate([frames] * 8)   # ~1.8 MB, incompressible: more than the 1 MB disk
+    with pytest.raises(OSError) as err:
+        cache.write(key, big, {})
+    assert err.value.errno == 28
+    assert [p for p in tiny_tmpfs.rglob("*") if p.is_file()] == []   # no temporary file, no torn entry
+    cache.write(key, frames[:1], {})   # space again (the failed write freed it)
+    assert cache.read(key)[0].shape == (1, 96, 96, 3)
+
+
+# -- helper processes end with their driver --------------------------------------------------------------------------
+def test_the_tracking_process_and_the_outputs_child_end_when_their_driver_is_killed(tmp_path):
+    """A stand-in driver starts both helpers as `submit` does, then is killed with SIGKILL: the tracking process (a
+    process pool's worker, which does not notice by itself), multiprocessing's resource tracker and the outputs
+    child all end within seconds."""
+    driver = subprocess.Popen([sys.executable, "-c", f"""
+import time
+from orchestrator.record.tracker_process import TrackerProcess
+from orchestrator.report.outputs import OutputsAhead
+tracker = TrackerProcess("sqlite:///{tmp_path / 'mlflow.db'}", {str(tmp_path)!r})
+ahead = OutputsAhead(10**6)
+ahead.start()
+tracker.pid
+print("up", flush=True)
+time.sleep(600)
+"""], stdout=subprocess.PIPE, text=True, env=cli_env(), start_new_session=True)
+    try:
+        assert driver.stdout.readline().strip() == "up"
+        helpers = descendants(driver.pid)
+        kinds = {"tracking": "multiprocessing.spawn", "resource tracker": "resource_tracker",
+                 "outputs": "orchestrator.report.outputs"}
+        for kind, word in kinds.items():
+            assert any(word in cmd for cmd in helpers.values()), (kind, helpers)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=10)
+        deadline = time.time() + 10
+        while time.time() < deadline and any(alive(p) for p in helpers):
+            time.sleep(0.2)
+        assert not [cmd for p, cmd in helpers.items() if alive(p)]
+    finally:
+        try:
+            os.killpg(driver.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
