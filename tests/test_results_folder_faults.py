@@ -212,3 +212,146 @@ time.sleep(600)
             os.killpg(driver.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+# -- two drivers of one folder; a corrupt store ----------------------------------------------------------------------
+def holder_pid(results: Path) -> int | None:
+    try:
+        return json.loads((results / HOLDER_NAME).read_text())["pid"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def runs_of(uri: str, grid_name: str, kind: str) -> list:
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(f"mlvp/{grid_name}")
+    return client.search_runs([exp.experiment_id], f"tags.`mlvp.kind` = '{kind}'", max_results=1000)
+
+
+@pytest.mark.slow
+def test_a_second_submit_stops_in_one_line_the_first_finishes_and_a_corrupt_store_is_rebuilt(tmp_path, prepared):
+    g = grid(tmp_path, "twice", methods="[source, tent, sar, eata]")
+    results, log = tmp_path / "results", tmp_path / "first.log"
+    plan = plan_of(g, results, prepared)
+    first = start_cli(log, "submit", str(g), *common(results, prepared), "--num-cpus", "2", "--no-dashboard")
+    try:
+        wait_for(lambda: holder_pid(results) == first.pid, 120, "the first driver's lock", first, log)
+        second = run_cli("submit", str(g), *common(results, prepared), "--num-cpus", "2", "--no-dashboard",
+                         timeout=120)
+        assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
+        assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr, second.stderr
+        assert (f"is in use by `mlvp submit {g}` (pid {first.pid} on host {platform.node()}, since "
+                in second.stderr), second.stderr
+        assert f"kill {first.pid}" in second.stderr and second.stdout == ""   # nothing planned, nothing started
+        status = run_cli("status", str(g), *common(results, prepared), timeout=120)   # reads without the lock
+        assert status.returncode in (0, 3) and "twice:" in status.stdout, status.stdout + status.stderr
+        rc = first.wait(timeout=420)
+    finally:
+        reap(first)
+    assert rc == 0, log.read_text()[-3000:]
+    assert not (results / HOLDER_NAME).exists()
+    uri = default_tracking_uri(results)
+    assert len(runs_of(uri, "twice", "submission")) == 1
+    assert sorted(r.data.tags["mlvp.trial_key"] for r in runs_of(uri, "twice", "trial")) == \
+        sorted(t.key for t in plan.trials)
+
+    store = results / "mlflow.db"
+    with open(store, "r+b") as f:   # garbage over its first pages: the header and the schema
+        f.write(np.random.default_rng(0).bytes(16384))
+    for command in ("sync", "submit"):
+        out = run_cli(command, str(g), *common(results, prepared), "--num-cpus", "2", "--no-dashboard",
+                      timeout=120) if command == "submit" else run_cli(command, str(g), *common(results, prepared))
+        assert out.returncode == 2, (command, out.stdout[-2000:], out.stderr[-2000:])
+        assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, (command, out.stderr)
+        assert f"MLflow store {uri} is corrupt (file is not a database)" in out.stderr
+        assert f"mv '{store}' '{store}.corrupt'" in out.stderr and f"mlvp sync {g}" in out.stderr
+    store.rename(store.with_name("mlflow.db.corrupt"))
+    out = run_cli("sync", str(g), *common(results, prepared))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert sorted(r.data.tags["mlvp.trial_key"] for r in runs_of(uri, "twice", "trial")) == \
+        sorted(t.key for t in plan.trials)   # rebuilt from the ledger, each cell once
+
+
+# -- kill -9 of the driver -------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_killed_driver_leaves_no_process_and_the_next_one_takes_its_lock_and_sweeps_its_debris(tmp_path, prepared):
+    g = grid(tmp_path, "killed", methods="[source, tent, sar, eata]")
+    results, log = tmp_path / "results", tmp_path / "submit.log"
+    plan = plan_of(g, results, prepared)
+    driver = start_cli(log, "submit", str(g), *common(results, prepared), "--num-cpus", "2", "--no-dashboard")
+    try:
+        wait_for(lambda: tracking_child(driver.pid), 120, "the tracking process", driver, log)
+        n0 = len(ledger_files(results))
+        wait_for(lambda: len(ledger_files(results)) > n0, 240, "a first trial", driver, log)
+        helpers = descendants(driver.pid)
+        os.kill(driver.pid, signal.SIGKILL)   # the driver alone: what it started must end by itself
+        driver.wait(timeout=30)
+        deadline = time.time() + 20
+        while time.time() < deadline and any(alive(p) for p in helpers):
+            time.sleep(0.5)
+        left = {p: cmd for p, cmd in helpers.items() if alive(p)}
+    finally:
+        reap(driver)
+    assert not left, left
+    assert holder_pid(results) == driver.pid   # its record stays; the kernel released its flock
+    # a writer killed mid-write (a fine-tune's memory-mapped clips on a full disk die of SIGBUS) left its file
+    debris = prepared / "models" / f".clips-train-32px.npy.{dead_pid()}.tmp"
+    debris.write_bytes(b"\0" * 4096)
+    os.utime(debris, (time.time() - 3600,) * 2)
+
+    out = run_cli("resume", str(g), *common(results, prepared), "--num-cpus", "2", "--no-dashboard")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    notes = [line for line in out.stderr.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 2, out.stderr
+    assert f"stale lock of `mlvp submit {g}` (pid {driver.pid} on host {platform.node()}" in notes[0]
+    assert "removed 1 stale temporary file (0.0 MB)" in notes[1] and not debris.exists()
+    counts = TrialLedger(results / "ledger").counts(t.key for t in plan.trials)
+    assert counts["ok"] == len(plan.trials)
+    assert not (results / HOLDER_NAME).exists()
+
+
+# -- a full results disk ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    mount = tmp_path / "small"
+    mount.mkdir()
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)], capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here to fill ({out.stderr.strip()})")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+@pytest.mark.slow
+def test_a_full_results_disk_ends_in_one_line_a_non_zero_exit_and_the_parent_run_failed(tmp_path, prepared,
+                                                                                         small_tmpfs):
+    """The results folder on a real 48 MB tmpfs, filled once the first trial is in the ledger; the MLflow store on
+    another disk (`--tracking-uri`), so its parent run can be closed: FAILED. (With the store on the full disk too,
+    the driver says that its parent run stays RUNNING until `mlvp sync` closes it: orchestrator/run/finish.py.)"""
+    g = grid(tmp_path, "fullres", methods="[source, tent, sar, eata]")
+    results, log = small_tmpfs / "results", tmp_path / "submit.log"
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    proc = start_cli(log, "submit", str(g), *common(results, prepared), "--num-cpus", "2", "--no-dashboard",
+                     "--tracking-uri", uri)
+    filler = small_tmpfs / "filler"
+    try:
+        wait_for(lambda: parent_id(log), 240, "the MLflow parent run", proc, log)
+        n0 = len(ledger_files(results))
+        wait_for(lambda: len(ledger_files(results)) > n0, 240, "a first trial", proc, log)
+        with open(filler, "wb") as f:   # fill the disk
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+            except OSError:
+                pass
+        rc = proc.wait(timeout=300)
+    finally:
+        reap(proc)
+    out = log.read_text()
+    assert rc == 2, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert out.strip().splitlines()[-1].startswith(f"error: disk full under {results.resolve()}"), out[-3000:]
+    assert MlflowClient(uri).get_run(parent_id(log)).info.status == "FAILED"

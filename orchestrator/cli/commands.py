@@ -22,7 +22,8 @@ from orchestrator.planning.paths import Paths, check_writable
 from orchestrator.planning.plan import Plan, build_plan, missing_videos, plan_for_sizing
 from orchestrator.record.ledger import TrialLedger
 from orchestrator.record.results_lock import results_lock
-from orchestrator.record.mlflow_store import StoreOfAnotherFolder, Tracker, check_store, default_tracking_uri
+from orchestrator.record.mlflow_store import (CorruptStore, StoreOfAnotherFolder, Tracker, check_store,
+                                              corrupt_store_line, default_tracking_uri, is_corrupt_store_error)
 from orchestrator.record.sync import select_trials, sync_grid
 from orchestrator.report.page import write_report
 from orchestrator.report.formats import LEGEND, table_markdown
@@ -110,6 +111,7 @@ def cmd_submit(args) -> int:
               f"{sum(len(r) for r in report.plan.renders.values())} render sets, {clips}; nothing started")
         return 0
     grid, paths = load_grid(path), Paths.make(args.results_dir, args.cache_dir)
+    check_store(args.tracking_uri or default_tracking_uri(paths.results), grid=args.grid)   # a corrupt one: rebuilt
     with _libraries(args, paths, grid, "submit") as console:
         report = submit(path, opts, console)
     return 0 if report.failed == 0 else 1
@@ -135,6 +137,7 @@ def cmd_resume(args) -> int:
 
     opts = _options(args, only_failed=args.only_failed, incomplete=args.incomplete, force=args.force,
                     tolerance=args.tolerance)
+    check_store(args.tracking_uri or default_tracking_uri(paths.results), grid=args.grid)
     with _libraries(args, paths, grid, "resume") as console:
         report = submit(path, opts, console)
     return 0 if report.failed == 0 else 1
@@ -231,13 +234,18 @@ def cmd_sync(args) -> int:
     """Bring a tracking store up to date from the ledger: every trial of the grid the store lacks is logged."""
     t0 = time.time()
     _, grid, paths = _grid(args)
-    plan = build_plan(grid, paths)
     check_writable(paths.results)
     uri = args.tracking_uri or default_tracking_uri(paths.results)
-    check_store(uri)
+    check_store(uri, grid=args.grid)   # before the plan, which may generate a dataset
+    plan = build_plan(grid, paths)
     ledger = TrialLedger(paths.ledger)
-    with _libraries(args, paths, grid, "sync") as console:
-        created, parent = sync_grid(Tracker(uri, paths.results), plan, ledger, console)
+    try:
+        with _libraries(args, paths, grid, "sync") as console:
+            created, parent = sync_grid(Tracker(uri, paths.results), plan, ledger, console)
+    except Exception as err:   # damaged past what check_store reads: the same one line, not MLflow's traceback
+        if uri.startswith("sqlite:///") and is_corrupt_store_error(err):
+            raise CorruptStore(corrupt_store_line(uri, str(err).strip().splitlines()[0][:200], args.grid)) from None
+        raise
     present = sum(1 for t in plan.trials if ledger.get(t.key) is not None)
     make_console().print(f"sync: {created} trial runs logged to {uri}" + (f" (parent run {parent})" if parent else "")
                          + f"; {present - created} of the ledger's {present} were there already "
@@ -288,7 +296,7 @@ def _log_report(args, grid: GridSpec, plan: Plan, files, console) -> None:
     try:
         if uri.startswith("sqlite:///") and not os.path.exists(uri[len("sqlite:///"):]):
             return   # no local store yet: nothing was submitted here
-        check_store(uri)
+        check_store(uri, grid=args.grid)
         with quiet_libraries(log_path(plan.paths.grid_dir(grid.name), "report")):
             tracker = Tracker(uri, plan.paths.results)
             parent = tracker.latest_parent(grid.name)
