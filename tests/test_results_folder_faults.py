@@ -5,10 +5,12 @@ a write that fails (its temporary file removed), a results disk that fills, and 
 
 Submissions are real `python -m orchestrator` processes on the session's shared cache, as in tests/test_faults.py.
 """
+import contextlib
 import json
 import os
 import platform
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -268,8 +270,10 @@ def test_a_second_submit_stops_in_one_line_the_first_finishes_and_a_corrupt_stor
     store.rename(store.with_name("mlflow.db.corrupt"))
     out = run_cli("sync", str(g), *common(results, prepared))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    assert sorted(r.data.tags["mlvp.trial_key"] for r in runs_of(uri, "twice", "trial")) == \
-        sorted(t.key for t in plan.trials)   # rebuilt from the ledger, each cell once
+    # read with sqlite itself: this process's MLflow keeps its engine on the file that was moved away
+    with contextlib.closing(sqlite3.connect(store)) as con:
+        keys = [k for (k,) in con.execute("SELECT value FROM tags WHERE key = 'mlvp.trial_key'")]
+    assert sorted(keys) == sorted(t.key for t in plan.trials)   # rebuilt from the ledger, each cell once
 
 
 # -- kill -9 of the driver -------------------------------------------------------------------------------------------
@@ -355,3 +359,17 @@ def test_a_full_results_disk_ends_in_one_line_a_non_zero_exit_and_the_parent_run
     assert "Traceback" not in out, out[-3000:]
     assert out.strip().splitlines()[-1].startswith(f"error: disk full under {results.resolve()}"), out[-3000:]
     assert MlflowClient(uri).get_run(parent_id(log)).info.status == "FAILED"
+
+
+def test_the_lock_nests_in_the_process_that_holds_it(tmp_path):
+    with results_lock(tmp_path, "mlvp submit micro") as outer:
+        with results_lock(tmp_path, "mlvp submit micro") as inner:
+            assert inner is outer
+        assert json.loads((tmp_path / HOLDER_NAME).read_text())["pid"] == os.getpid()   # still held
+        probe = subprocess.run([sys.executable, "-c", f"""
+from orchestrator.record.results_lock import results_lock
+with results_lock({str(tmp_path)!r}, "mlvp report micro"):
+    pass
+"""], capture_output=True, text=True, env=cli_env())
+        assert probe.returncode == 1 and "ResultsFolderLocked" in probe.stderr
+    assert not (tmp_path / HOLDER_NAME).exists()

@@ -29,6 +29,8 @@ from typing import Callable, Iterator
 from workloads.atomic import atomic_write_text
 
 LOCK_NAME, HOLDER_NAME = ".mlvp.lock", ".mlvp.lock.json"
+# the folders this process holds (a command that holds one may call code that takes it again: not refused)
+_HELD: dict[str, dict] = {}
 
 
 class ResultsFolderLocked(RuntimeError):
@@ -72,9 +74,18 @@ def results_lock(results: str | os.PathLike, command: str, break_lock: bool = Fa
                  note: Callable[[str], None] | None = None) -> Iterator[dict]:
     """Hold the results folder's lock for the block (made with the folder when missing); yields the holder record
     written. Raises ResultsFolderLocked when another driver holds it. `note(line)`: where the one-line note about a
-    stale record goes (default: stderr). `break_lock`: take a lock whose holder this host cannot check."""
+    stale record goes (default: stderr). `break_lock`: take a lock whose holder this host cannot check. Nested in a
+    block of this process that holds it, it holds it too."""
     note = note or (lambda line: print(line, file=sys.stderr, flush=True))
     folder = Path(results).expanduser().resolve()
+    held = _HELD.get(str(folder))
+    if held is not None and held["pid"] == os.getpid():   # this process holds it already: nested, not refused
+        held["depth"] += 1
+        try:
+            yield held["holder"]
+        finally:
+            held["depth"] -= 1
+        return
     folder.mkdir(parents=True, exist_ok=True)
     lock_file, holder_file = folder / LOCK_NAME, folder / HOLDER_NAME
     fd = _acquire(lock_file, holder_file, folder, break_lock)
@@ -95,9 +106,11 @@ def results_lock(results: str | os.PathLike, command: str, break_lock: bool = Fa
     except BaseException:
         os.close(fd)   # releases the flock
         raise
+    _HELD[str(folder)] = {"pid": os.getpid(), "depth": 1, "holder": holder}
     try:
         yield holder
     finally:
+        _HELD.pop(str(folder), None)
         try:
             if (_read_holder(holder_file) or {}).get("pid") == os.getpid():
                 holder_file.unlink(missing_ok=True)
