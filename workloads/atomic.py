@@ -58,28 +58,33 @@ def _alive(pid: int) -> bool:
 def sweep_temporaries(roots, started: float | None = None) -> tuple[int, int]:
     """Remove the stale temporary files `atomic_path` left under `roots` (folders; missing ones skipped): last changed
     over SWEEP_MARGIN_S before `started` (default: now), and named by a pid that is not a live process on this host.
-    Returns (files removed, bytes freed). Only files are removed, and only names of `atomic_path`'s pattern."""
+    Returns (files removed, bytes freed). Only files are removed, and only names of `atomic_path`'s pattern. Linked
+    folders are followed once each (a cache whose folders link to another's: tests/conftest.py private_cache)."""
     before = (time.time() if started is None else started) - SWEEP_MARGIN_S
     removed = freed = 0
-    stack = [Path(r) for r in roots]
-    seen: set[str] = set()
+    stack = [os.fspath(r) for r in roots]
+    linked: set[str] = set()
     while stack:
-        folder = stack.pop()
         try:
-            real = os.path.realpath(folder)
-            if real in seen:   # a cache whose folders are links to another's (tests/conftest.py private_cache)
-                continue
-            seen.add(real)
-            entries = list(os.scandir(folder))
+            with os.scandir(stack.pop()) as it:
+                entries = list(it)
         except OSError:
             continue
         for entry in entries:
+            name = entry.name
             try:
-                if entry.is_dir():   # links too: a linked folder is swept once, under its real path
-                    stack.append(Path(entry.path))
+                if entry.is_dir():
+                    if entry.is_symlink():
+                        real = os.path.realpath(entry.path)
+                        if real in linked:
+                            continue
+                        linked.add(real)
+                    stack.append(entry.path)
                     continue
-                match = TEMPORARY.match(entry.name)
-                if match is None or not entry.is_file(follow_symlinks=False):
+                if not name.startswith(".") or ".tmp" not in name:   # most names: no regex, no stat
+                    continue
+                match = TEMPORARY.match(name)
+                if match is None or entry.is_symlink():
                     continue
                 st = entry.stat(follow_symlinks=False)
                 if st.st_mtime >= before or _alive(int(match.group(1))):
