@@ -72,7 +72,10 @@ def sqlite_problem(path: Path) -> str | None:
         return None
     except sqlite3.DatabaseError as err:
         return str(err)
-    return None if row and row[0] == "ok" else f"integrity check: {row[0] if row else 'no answer'}"
+    if row and row[0] == "ok":
+        return None
+    found = " ".join(str(row[0] if row else "no answer").split())   # its report spans lines: one, bounded
+    return f"integrity check: {found[:200]}"
 
 
 def is_corrupt_store_error(err: BaseException) -> bool:

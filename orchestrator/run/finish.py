@@ -59,8 +59,9 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
                 else status if counts["failed"] == 0 or status == "KILLED" else "FAILED")
     except Exception as err:  # the ledger and tables are safe; the next submit or `sync` updates the store
         if disk_error is not None:   # the store is on the full disk too (a sqlite file beside the ledger)
-            console.print(f"[yellow]MLflow store {report.tracking_uri} not updated ({error_name(err)}: "
-                          f"{_first_line(err)}): its parent run {report.parent_run_id} stays RUNNING until "
+            where = " (on the full disk too)" if any(w in str(err).lower() for w in ("full", "no space")) else ""
+            console.print(f"[yellow]MLflow store {report.tracking_uri}{where} not updated ({error_name(err)}: "
+                          f"{_first_line(err)}): its parent run {report.parent_run_id} stays RUNNING there until "
                           f"`mlvp sync {grid.source}`, once space is freed, closes it (KILLED)[/]")
             raise disk_error from None
         console.print(f"[yellow]MLflow store {report.tracking_uri} not updated ({error_name(err)}: "
