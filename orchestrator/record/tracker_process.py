@@ -115,7 +115,7 @@ def _serve_tracker(driver: int) -> None:
 
 
 def end_with_parent(parent: int, every: float = 0.5) -> threading.Thread:
-    """End this process (at once: os._exit) within `every` seconds of its parent `parent` (a pid) ending, however it
+    """End this process (at once: SIGKILL) within `every` seconds of its parent `parent` (a pid) ending, however it
     ends: a daemon thread compares the parent pid with `parent`, which changes when the parent dies and this process
     is handed to init or a subreaper. For the helper processes a driver starts (the tracking process here, the
     outputs child: orchestrator/report/outputs.py). Not Linux's PR_SET_PDEATHSIG: it fires when the *thread* that
@@ -125,7 +125,7 @@ def end_with_parent(parent: int, every: float = 0.5) -> threading.Thread:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(every)
-        os._exit(1)
+        os.kill(os.getpid(), signal.SIGKILL)   # at once, no clean-up to wait on (what a dead driver's kill -9 gives)
 
     thread = threading.Thread(target=watch, name="mlvp-end-with-parent", daemon=True)
     thread.start()
