@@ -132,11 +132,13 @@ def _acquire(lock_file: Path, holder_file: Path, folder: Path, break_lock: bool)
         holder = _read_holder(holder_file)
         here = bool(holder) and holder.get("host") == platform.node()
         if here and isinstance(holder.get("pid"), int) and _alive_here(holder["pid"]):
-            how = (f"wait for it to end, or stop it with `kill {holder['pid']}` (it keeps every finished trial and "
-                   f"names the resume), or give this command another --results-dir")
-        elif here or not holder:
-            how = ("wait for it to end (a process it started still holds the lock), or give this command another "
-                   "--results-dir")
+            how = (f"wait for it to end, or stop it with `kill {holder['pid']}` (a stopped submission keeps every "
+                   f"finished trial), or give this command another --results-dir")
+        elif here:
+            how = ("that process is gone but one it started still holds the lock: wait for it to end, or give this "
+                   "command another --results-dir")
+        elif not holder:
+            how = "wait for it to end, or give this command another --results-dir"
         else:
             how = ("wait for it to end there; if it is gone, run again with --break-lock (this host cannot check a "
                    "process on another host)")
