@@ -60,3 +60,25 @@ def test_submit_joins_the_callers_ray_and_leaves_it_running(tmp_path, shared_cac
     assert re.search(r"^STILL 42$", run.stdout, re.M)
     assert re.search(r"^AGAIN 4 0 False$", run.stdout, re.M), run.stdout[-3000:]
     assert (results / "api" / "trials.parquet").is_file()
+
+
+@pytest.mark.e2e
+def test_a_submission_from_python_holds_the_results_folders_lock_until_it_closes(tmp_path, shared_cache, worker_ray):
+    """The Python API is a driver like `mlvp submit`: from `start` to `close` a CLI driver of the same results folder
+    stops in one line naming it (orchestrator/record/results_lock.py); after `close` the folder is free."""
+    from orchestrator.run.options import SubmitOptions
+    from orchestrator.run.submit import Submission
+
+    grid = write_micro_grid(tmp_path / "held.yaml", name="held", backbones="[clip4clip]", methods="[source]",
+                            perturbations="[gaussian_noise]", severities="[5]")
+    results = tmp_path / "results"
+    sync = [sys.executable, "-m", "orchestrator", "sync", str(grid), "--results-dir", str(results),
+            "--cache-dir", str(shared_cache)]
+    with Submission(str(grid), SubmitOptions(results_dir=str(results), cache_dir=str(shared_cache),
+                                             dashboard=False)) as sub:
+        sub.start()
+        held = subprocess.run(sync, capture_output=True, text=True, timeout=300)
+        assert held.returncode == 2 and held.stderr.strip().count("\n") == 0, held.stderr
+        assert f"`orchestrator.submit {grid}`" in held.stderr and "results folder" in held.stderr
+    free = subprocess.run(sync, capture_output=True, text=True, timeout=300)
+    assert free.returncode == 0, free.stdout[-2000:] + free.stderr[-2000:]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import Counter
 import os
@@ -21,7 +22,9 @@ from orchestrator.planning.environment import checkpoint_paths, models_to_make
 from orchestrator.planning.paths import Paths, check_writable
 from orchestrator.planning.plan import Plan, build_plan, missing_videos, plan_for_sizing
 from orchestrator.record.ledger import TrialLedger
-from orchestrator.record.mlflow_store import StoreOfAnotherFolder, Tracker, check_store, default_tracking_uri
+from orchestrator.record.results_lock import results_lock
+from orchestrator.record.mlflow_store import (CorruptStore, StoreOfAnotherFolder, Tracker, check_store,
+                                              corrupt_store_line, default_tracking_uri, is_corrupt_store_error)
 from orchestrator.record.sync import select_trials, sync_grid
 from orchestrator.report.page import write_report
 from orchestrator.report.formats import LEGEND, table_markdown
@@ -35,12 +38,41 @@ from orchestrator.stages.assets import prepare_assets
 from orchestrator.stages.check import reuse_ledger, run_check
 from orchestrator.stages.contact import write_contact_sheet
 from orchestrator.stages.finetune import prepare_models
+from workloads.atomic import sweep_temporaries
+
+
+# the commands that write a results folder: each holds its lock (orchestrator/record/results_lock.py) while it runs;
+# `status`, `plan` and `submit --dry-run` read without it
+WRITERS = ("submit", "resume", "check", "sync", "report")
+# the ones that also write the cache: they sweep the temporary files a killed run left there (workloads/atomic.py)
+SWEEPERS = ("submit", "resume", "check")
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    return {"submit": cmd_submit, "resume": cmd_resume, "plan": cmd_plan, "status": cmd_status,
-            "report": cmd_report, "render": cmd_render, "sync": cmd_sync, "grids": cmd_grids,
-            "convert-checkpoint": cmd_convert_checkpoint, "check": cmd_check}[args.command](args)
+    command = {"submit": cmd_submit, "resume": cmd_resume, "plan": cmd_plan, "status": cmd_status,
+               "report": cmd_report, "render": cmd_render, "sync": cmd_sync, "grids": cmd_grids,
+               "convert-checkpoint": cmd_convert_checkpoint, "check": cmd_check}[args.command]
+    if args.command not in WRITERS or getattr(args, "dry_run", False):
+        return command(args)
+    resolve_grid(args.grid, args.results_dir)   # a grid that is not there makes no results folder
+    if args.command == "report" and not Path(args.results_dir).expanduser().is_dir():
+        return command(args)   # nothing to report, nothing written (the command says so)
+    with results_lock(args.results_dir, f"mlvp {args.command} {args.grid}", getattr(args, "break_lock", False)) \
+            as holder:
+        if args.command in SWEEPERS:
+            _sweep(args, holder["started_unix"])
+        return command(args)
+
+
+def _sweep(args: argparse.Namespace, started: float) -> None:
+    """The temporary files that writers killed mid-write left in the cache and the results folder (workloads/
+    atomic.py `sweep_temporaries`): removed, in one line."""
+    paths = Paths.make(args.results_dir, args.cache_dir)
+    removed, freed = sweep_temporaries([paths.cache, paths.results], started)
+    if removed:
+        print(f"note: removed {removed} stale temporary file{'s' if removed > 1 else ''} ({freed / 2**20:.1f} MB) "
+              f"left by an earlier run that was killed mid-write under {paths.cache} and {paths.results}",
+              file=sys.stderr, flush=True)
 
 
 def _grid(args: argparse.Namespace) -> tuple[str, GridSpec, Paths]:
@@ -80,6 +112,7 @@ def cmd_submit(args) -> int:
               f"{sum(len(r) for r in report.plan.renders.values())} render sets, {clips}; nothing started")
         return 0
     grid, paths = load_grid(path), Paths.make(args.results_dir, args.cache_dir)
+    check_store(args.tracking_uri or default_tracking_uri(paths.results), grid=args.grid)   # a corrupt one: rebuilt
     with _libraries(args, paths, grid, "submit") as console:
         report = submit(path, opts, console)
     return 0 if report.failed == 0 else 1
@@ -105,6 +138,7 @@ def cmd_resume(args) -> int:
 
     opts = _options(args, only_failed=args.only_failed, incomplete=args.incomplete, force=args.force,
                     tolerance=args.tolerance)
+    check_store(args.tracking_uri or default_tracking_uri(paths.results), grid=args.grid)
     with _libraries(args, paths, grid, "resume") as console:
         report = submit(path, opts, console)
     return 0 if report.failed == 0 else 1
@@ -204,13 +238,18 @@ def cmd_sync(args) -> int:
     """Bring a tracking store up to date from the ledger: every trial of the grid the store lacks is logged."""
     t0 = time.time()
     _, grid, paths = _grid(args)
-    plan = build_plan(grid, paths)
     check_writable(paths.results)
     uri = args.tracking_uri or default_tracking_uri(paths.results)
-    check_store(uri)
+    check_store(uri, grid=args.grid)   # before the plan, which may generate a dataset
+    plan = build_plan(grid, paths)
     ledger = TrialLedger(paths.ledger)
-    with _libraries(args, paths, grid, "sync") as console:
-        created, parent = sync_grid(Tracker(uri, paths.results, paths.store_templates), plan, ledger, console)
+    try:
+        with _libraries(args, paths, grid, "sync") as console:
+            created, parent = sync_grid(Tracker(uri, paths.results, paths.store_templates), plan, ledger, console)
+    except Exception as err:   # damaged past what check_store reads: the same one line, not MLflow's traceback
+        if uri.startswith("sqlite:///") and is_corrupt_store_error(err):
+            raise CorruptStore(corrupt_store_line(uri, str(err).strip().splitlines()[0][:200], args.grid)) from None
+        raise
     present = sum(1 for t in plan.trials if ledger.get(t.key) is not None)
     make_console().print(f"sync: {created} trial runs logged to {uri}" + (f" (parent run {parent})" if parent else "")
                          + f"; {present - created} of the ledger's {present} were there already "
@@ -261,7 +300,7 @@ def _log_report(args, grid: GridSpec, plan: Plan, files, console) -> None:
     try:
         if uri.startswith("sqlite:///") and not os.path.exists(uri[len("sqlite:///"):]):
             return   # no local store yet: nothing was submitted here
-        check_store(uri)
+        check_store(uri, grid=args.grid)
         with quiet_libraries(log_path(plan.paths.grid_dir(grid.name), "report")):
             tracker = Tracker(uri, plan.paths.results)
             parent = tracker.latest_parent(grid.name)

@@ -10,6 +10,7 @@ from pathlib import Path
 from orchestrator.config.errors import GridError
 from orchestrator.planning.clean_check import DEFAULT_TOLERANCE
 from orchestrator.record.mlflow_store import TrackingUnavailable
+from orchestrator.record.results_lock import ResultsFolderLocked
 from orchestrator.run.interrupts import handle_signals, stopped_by_sigterm, taken
 from orchestrator.run.ray_env import ClusterError
 from workloads.versions import software_versions
@@ -85,6 +86,12 @@ def _ray(p: argparse.ArgumentParser) -> None:
                    "instead of in results/<grid>/logs/")
 
 
+def _break_lock(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--break-lock", action="store_true", help="take the results folder's lock even when it is "
+                   "recorded as held by a driver on another host (which this host cannot check): only once that "
+                   "driver is gone (orchestrator/record/results_lock.py)")
+
+
 def _tolerance(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, metavar="POINTS",
                    help=f"R@1 points a clean result may fall below the paper's (default {DEFAULT_TOLERANCE:g})")
@@ -125,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
         _ray(p)
         p.add_argument("--no-dashboard", action="store_true", help="start local Ray without its dashboard")
         _tolerance(p)
+        _break_lock(p)
         p.add_argument("--force", action="store_true", help="run the grid even when a checkpoint's clean R@1 "
                        "misses the paper's by more than --tolerance (see the check command)")
         if name == "submit":
@@ -152,6 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     _common(p)
     _tolerance(p)
     _ray(p)
+    _break_lock(p)
 
     p = add("status", "ledger state of a grid: done / failed / damaged / never run, with each failure's error")
     p.add_argument("grid", help=GRID_HELP)
@@ -165,6 +174,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tracking-uri", default=None, help="MLflow store whose newest parent run of the grid gets the "
                    "report (default: sqlite:///RESULTS_DIR/mlflow.db)")
     p.add_argument("--no-mlflow", action="store_true", help="write the files only")
+    _break_lock(p)
     p.add_argument("--metric", default="R1", help="metric of the printed tables: R1, R5, R10, MdR, MnR, "
                    "hub_skewness, ... (default R1)")
 
@@ -174,6 +184,7 @@ def _parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///RESULTS_DIR/"
                    "mlflow.db)")
+    _break_lock(p)
 
     p = add("render", "fill the render cache for a grid (no trials), or draw a contact sheet of all 12 types")
     p.add_argument("grid", nargs="?", help=GRID_HELP + " (omit with --contact-sheet)")
@@ -231,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             return 143
         print("interrupted", file=sys.stderr)
         return 130
-    except (OSError, ValueError, TrackingUnavailable, ClusterError) as err:  # one-line errors: grid, plan, store, disk
+    # one-line errors: grid, plan, store, disk, a results folder another driver holds
+    except (OSError, ValueError, TrackingUnavailable, ClusterError, ResultsFolderLocked) as err:
         if isinstance(err, OSError) and (err.errno == errno.ENOSPC or "[errno 28]" in str(err).lower()):
             where = " or ".join(dict.fromkeys(str(Path(d).resolve()) for d in (
                 getattr(args, "results_dir", None), getattr(args, "cache_dir", None)) if d))

@@ -44,14 +44,55 @@ class TrackingUnavailable(RuntimeError):
     """The tracking store cannot be reached or written; the message is one line with what to do."""
 
 
+class CorruptStore(TrackingUnavailable):
+    """The local sqlite store is not a readable database (garbage written into it, a torn copy); the ledger is the
+    record, so the store is rebuilt from it (`corrupt_store_line`)."""
+
+
+def corrupt_store_line(tracking_uri: str, problem: str, grid: str | None = None) -> str:
+    """The one line for a corrupt sqlite store: what is wrong and how to rebuild it from the ledger."""
+    path = Path(tracking_uri[len("sqlite:///"):])
+    return (f"MLflow store {tracking_uri} is corrupt ({problem}); the ledger has every result: move the file away "
+            f"(mv '{path}' '{path}.corrupt') and run `mlvp sync {grid or 'GRID'}`, which rebuilds the store from the "
+            f"ledger")
+
+
+def sqlite_problem(path: Path) -> str | None:
+    """Why a sqlite file is not a readable database ("file is not a database", "database disk image is
+    malformed"), or None. Read only; a store busy with another writer is not corrupt."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=10)
+        try:
+            row = con.execute("PRAGMA quick_check(1)").fetchone()
+        finally:
+            con.close()
+    except sqlite3.OperationalError:   # locked, busy, unreadable for now: MLflow's own error says which
+        return None
+    except sqlite3.DatabaseError as err:
+        return str(err)
+    if row and row[0] == "ok":
+        return None
+    found = " ".join(str(row[0] if row else "no answer").split())   # its report spans lines: one, bounded
+    return f"integrity check: {found[:200]}"
+
+
+def is_corrupt_store_error(err: BaseException) -> bool:
+    """Whether an error from MLflow's SQL store says the sqlite file is damaged (SQLAlchemy's DatabaseError text)."""
+    text = str(getattr(err, "message", err)).lower()
+    return "file is not a database" in text or "database disk image is malformed" in text
+
+
 class StoreOfAnotherFolder(TrackingUnavailable):
     """The local store of this results folder keeps a grid's artifacts in another results folder's `mlartifacts/`:
     the folder was copied or moved. Nothing is logged there (it would write into the other folder)."""
 
 
-def check_store(tracking_uri: str, timeout: float = 5.0) -> None:
+def check_store(tracking_uri: str, timeout: float = 5.0, grid: str | None = None) -> None:
     """Fail fast, before Ray starts, when the store is unreachable: an http(s) server must answer /health within
-    `timeout`; a sqlite file's folder must be writable. (MLflow's own client retries for minutes, then prints a
+    `timeout`; a sqlite file's folder must be writable and the file, where it exists, a readable database
+    (CorruptStore, its line naming `mlvp sync GRID`). (MLflow's own client retries for minutes, then prints a
     traceback.)"""
     if tracking_uri.startswith(("http://", "https://")):
         try:
@@ -70,6 +111,9 @@ def check_store(tracking_uri: str, timeout: float = 5.0) -> None:
         existing = next(p for p in (folder, *folder.parents) if p.exists())   # the folder or what would hold it
         if not existing.is_dir() or not os.access(existing, os.W_OK):
             raise TrackingUnavailable(f"MLflow store {tracking_uri}: folder {folder} is not writable")
+        path = Path(tracking_uri[len("sqlite:///"):])
+        if path.is_file() and (problem := sqlite_problem(path)):
+            raise CorruptStore(corrupt_store_line(tracking_uri, problem, grid))
 
 
 def sqlite_file(tracking_uri: str) -> Path | None:

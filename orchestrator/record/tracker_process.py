@@ -9,6 +9,8 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 import signal
+import threading
+import time
 import types
 
 from orchestrator.record.mlflow_store import Tracker, TrackingError
@@ -26,8 +28,10 @@ class TrackerProcess(BackgroundLogging):
     (docs/notes/2026-11-results-history.md §15). It is started with the first one (spawn: a fresh interpreter, MLflow
     imported while Ray starts) and serves one call at a time, in order; each call blocks until it answers, and an error
     comes back as TrackingError (the original type name in `kind`). It ignores SIGINT, so a submission stopped with
-    Ctrl-C still closes its parent run as KILLED, and ends with the driver (its call pipe closes); a broken one is
-    replaced by the next TrackerProcess."""
+    Ctrl-C still closes its parent run as KILLED, and ends with the driver however the driver ends, kill -9 included
+    (`end_with_parent`: a process pool's worker does not notice its parent's death by itself, and a tracking process
+    left behind held `mlflow.db` open, with multiprocessing's resource tracker, for minutes: issue 47); a broken one
+    is replaced by the next TrackerProcess."""
 
     def __init__(self, tracking_uri: str, results_dir: str | os.PathLike, templates: str | os.PathLike | None = None):
         """`templates`: where a new local store is started from (`Tracker`)."""
@@ -97,7 +101,8 @@ def _tracking_pool():
             return pool
         except (BrokenProcessPool, RuntimeError):   # broken, or shut down
             pass
-    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_serve_tracker)
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_serve_tracker,
+                               initargs=(os.getpid(),))
     _TRACKING.update(pool=pool, pid=os.getpid())
     return pool
 
@@ -106,8 +111,27 @@ def _tracking_pool():
 _SERVED: dict[tuple[str, str], Tracker] = {}
 
 
-def _serve_tracker() -> None:
+def _serve_tracker(driver: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's to handle: it closes the parent run
+    end_with_parent(driver)
+
+
+def end_with_parent(parent: int, every: float = 0.5) -> threading.Thread:
+    """End this process (at once: SIGKILL) within `every` seconds of its parent `parent` (a pid) ending, however it
+    ends: a daemon thread compares the parent pid with `parent`, which changes when the parent dies and this process
+    is handed to init or a subreaper. For the helper processes a driver starts (the tracking process here, the
+    outputs child: orchestrator/report/outputs.py). Not Linux's PR_SET_PDEATHSIG: it fires when the *thread* that
+    started the child ends, not the process, and a pool may start its worker from any thread; this works on every
+    POSIX system. A store write cut short this way is rolled back by SQLite's journal, and the ledger has the
+    result (`mlvp sync`)."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os.kill(os.getpid(), signal.SIGKILL)   # at once, no clean-up to wait on (what a dead driver's kill -9 gives)
+
+    thread = threading.Thread(target=watch, name="mlvp-end-with-parent", daemon=True)
+    thread.start()
+    return thread
 
 
 def _call_tracker(tracking_uri: str, results_dir: str, name: str, args: tuple, templates: str | None = None):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.record.ledger import TrialLedger
+from orchestrator.record.tracker_process import end_with_parent
 from orchestrator.report.page import clear_plots, write_report
 from orchestrator.report.plots import severity_apart
 from orchestrator.report.results import scenario_tables, write_tables
@@ -116,7 +117,8 @@ class WriterChild:
         self._stderr = open(self.folder / "stderr.txt", "w+")
         # the child imports what this process imports, from the same places
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "orchestrator.report.outputs"], env=env,
+        # with this process's pid: it ends when this process does, kill -9 included (`_wait`)
+        self.proc = subprocess.Popen([sys.executable, "-m", "orchestrator.report.outputs", str(os.getpid())], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._stderr, text=True)
 
     def run(self, job: Path, answer: Path) -> tuple[int, str]:
@@ -213,8 +215,11 @@ def _child(job: str, answer: str) -> int:
 
 
 def _wait() -> int:
-    """`python -m orchestrator.report.outputs` (`WriterChild`): matplotlib imported (this module imports the rest),
-    then one job, "JOB<tab>ANSWER" on standard input, run by `_child`; none (the input closed): exit at once."""
+    """`python -m orchestrator.report.outputs [DRIVER_PID]` (`WriterChild`): matplotlib imported (this module imports
+    the rest), then one job, "JOB<tab>ANSWER" on standard input, run by `_child`; none (the input closed): exit at
+    once. With DRIVER_PID it ends as soon as that process (its parent) is gone, mid-job too (`end_with_parent`)."""
+    if len(sys.argv) > 1:
+        end_with_parent(int(sys.argv[1]))
     import matplotlib
 
     matplotlib.use("Agg")   # as orchestrator/report/plots.py draws

@@ -69,12 +69,16 @@ def quiet_libraries(log: Path | None, verbose: bool = False) -> Iterator[Console
     try:
         yield make_console(terminal)
     finally:
-        out.flush()
+        # the terminal comes back even when the log's disk is full (a failed flush left it behind: our last line
+        # was lost and Python exited 120 failing to flush it, issue 47)
+        with contextlib.suppress(OSError):
+            out.flush()
         sys.stdout, sys.stderr = streams
         for fd, copy in saved.items():
             os.dup2(copy, fd)
             os.close(copy)
-        out.close()
+        with contextlib.suppress(OSError):
+            out.close()
         if terminal is not streams[0]:
             terminal.close()
 

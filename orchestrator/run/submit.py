@@ -25,14 +25,15 @@ So the trials of one (backbone, dataset) start while another is still fine-tuned
 rendered. The ledger, MLflow logging, resume and the tables are unchanged: the driver still records each trial as it
 finishes. The progress display shows the render stream and the trials side by side.
 
-A `Submission` owns what it starts, and only that: the MLflow tracker process, the outputs' child process, the
-pipeline, the TPE searches and Ray, which it stops at `close` only when it started it. In a process where Ray is already
-initialised (a notebook, a script that called `ray.init`, a test's shared Ray), it joins that Ray and leaves it
-running. `submit()` is `start`, `run` and `close` in one call; `orchestrator.submit` is the same with keyword options
-(docs/architecture.md, "The Python API").
+A `Submission` owns what it starts, and only that: the results folder's lock, the MLflow tracker process, the outputs'
+child process, the pipeline, the TPE searches and Ray, which it stops at `close` only when it started it. In a process
+where Ray is already initialised (a notebook, a script that called `ray.init`, a test's shared Ray), it joins that Ray
+and leaves it running. `submit()` is `start`, `run` and `close` in one call; `orchestrator.submit` is the same with
+keyword options (docs/architecture.md, "The Python API").
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -50,6 +51,7 @@ from orchestrator.planning.search import tpe_streams
 from orchestrator.record.ledger import TrialLedger
 from orchestrator.record.mlflow_store import check_store, default_tracking_uri
 from orchestrator.record.recorder import LiveRecorder, TrialColumns
+from orchestrator.record.results_lock import results_lock
 from orchestrator.record.sync import ledger_as_of, new_submission_id, select_trials, start_parent, sync_store
 from orchestrator.record.tracker_process import TrackerProcess
 from orchestrator.report.outputs import OutputsAhead
@@ -85,6 +87,7 @@ class Submission:
         self.ahead: OutputsAhead | None = None
         self.started_ray = False
         self.ray_info: dict = {}
+        self._lock = contextlib.ExitStack()   # the results folder's lock, held from `start` to `close`
         self._started = False
 
     # -- start: plan, print, start the services ---------------------------------------------------------------------
@@ -103,6 +106,8 @@ class Submission:
             grid = load_grid(self.grid_path)
             check_writable(paths.results)
             check_writable(paths.cache)
+            # one driver per results folder (orchestrator/record/results_lock.py; the CLI holds it already: nested)
+            self._lock.enter_context(results_lock(paths.results, f"orchestrator.submit {self.grid_path}"))
         ledger = TrialLedger(paths.ledger, read_only=opts.dry_run)
         if not opts.dry_run:
             plan = build_plan(grid, paths)
@@ -144,8 +149,9 @@ class Submission:
 
     # -- close: end what start started -------------------------------------------------------------------------------
     def close(self) -> None:
-        """End what this submission started, and nothing else: the outputs' child (unused when the submission stopped
-        before its outputs), the tracker process, and Ray only where `start` started it (a caller's Ray stays)."""
+        """End what this submission started, and nothing else: Ray only where `start` started it (a caller's Ray
+        stays), the outputs' child (unused when the submission stopped before its outputs), the tracker process, and
+        last the results folder's lock."""
         ahead, tracker, self.ahead, self.tracker = self.ahead, self.tracker, None, None
         try:
             if self.started_ray:   # in the reverse order of `start`: Ray, the outputs' child, the tracker
@@ -156,8 +162,11 @@ class Submission:
                 if ahead is not None:
                     ahead.close()
             finally:
-                if tracker is not None:
-                    tracker.close()
+                try:
+                    if tracker is not None:
+                        tracker.close()
+                finally:
+                    self._lock.close()
 
     def __enter__(self) -> "Submission":
         return self
