@@ -43,7 +43,7 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
         if tracker is not None and report.parent_run_id:
             tracker.finish_parent(report.parent_run_id, {
                 "trials_ok": n_ok, "trials_failed": outputs.failed,
-                "trials_missing": len(plan.trials) - outputs.present,
+                "trials_missing": len(plan.trials) - outputs.present, "trials_damaged": outputs.damaged,
                 "ran_now_ok": counts["ok"], "ran_now_failed": counts["failed"],
                 "render_failed": summary.failed if summary is not None else 0},
                 report.tables, status if counts["failed"] == 0 or status == "KILLED" else "FAILED")
@@ -52,8 +52,9 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
                       f"{_first_line(err)}); results are in the ledger: "
                       f"mlvp sync {grid.source} brings the store up to date[/]")
     report.seconds = time.time() - t_start
+    damaged = f", {outputs.damaged} damaged (resume runs them again)" if outputs.damaged else ""
     console.print(f"done in {report.seconds:.0f}s: {counts['ok']} trials ok, {counts['failed']} failed now; "
-                  f"{n_ok}/{len(plan.trials)} cells of the grid done")
+                  f"{n_ok}/{len(plan.trials)} cells of the grid done{damaged}")
     for f in report.tables:
         console.print(f"  {f}")
     return report
