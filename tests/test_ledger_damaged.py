@@ -30,7 +30,7 @@ DAMAGES = {
     "method integer": (lambda e: e["spec"].update(method=7), "spec.method is an int (7), not a string"),
     "severity five": (lambda e: e["spec"].update(severity="five"), "spec.severity is a str ('five'), not an integer"),
     "R1 list": (lambda e: e["metrics"].update(R1=[41.0, 42.0]), "metrics.R1 is a list ([41.0, 42.0]), not a number"),
-    "R1 null": (lambda e: e["metrics"].update(R1=None), "metrics.R1 is null in a finished (ok) entry"),
+    "R1 null": (lambda e: e["metrics"].update(R1=None), "metrics.R1 is null, not a number"),
     "empty": (lambda e: e.clear(), "no key, spec, status"),
 }
 
@@ -44,7 +44,8 @@ def _grid(folder, shared_cache):
     ledger = TrialLedger(plan.paths.ledger)
     for i, t in enumerate(plan.trials):
         ledger.put({"key": t.key, "spec": t.to_dict(), "status": "ok", "n_queries": 40,
-                    "metrics": {"R1": 40.0 + i, "R5": 70.0, "hub_skewness": 1.0}, "query_R1": [1.0, 0.0] * 20,
+                    "metrics": {"R1": 40.0 + i, "R5": 70.0, "R10": 90.0, "MdR": 2.0, "MnR": 3.5,
+                                "hub_skewness": 1.0}, "query_R1": [1.0, 0.0] * 20,
                     "timings": {"total_s": 1.0, "per_query_ms": 1.0, "gallery_s": 0.1}})
     return path, plan
 
@@ -189,7 +190,7 @@ def test_resume_reruns_damaged_cells_and_their_earlier_mlflow_runs_are_supersede
     out = _cli(plan, shared_cache, "resume", str(path), "--num-cpus", "2", "--no-dashboard", timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.count("damaged ledger entry") == len(DAMAGES)
-    assert f"(4 done, 0 failed, 6 damaged, 0 new) -> 6 to run" in out.stdout
+    assert "(4 done, 0 failed, 6 damaged, 0 new) -> 6 to run" in out.stdout
     assert "10/10 cells of the grid done" in out.stdout and "6 damaged (resume" not in out.stdout
 
     ledger = TrialLedger(plan.paths.ledger)

@@ -125,8 +125,9 @@ def anything(v: Any) -> str | None:
 
 
 def numbers(low: float | None = None, high: float | None = None) -> Check:
-    """A list (or null) of plain numbers within [low, high], checked at once (numpy), not item by item: the
-    per-query lists hold a value per query (~1,000 a trial), and every command reads every entry."""
+    """A list (or null) of plain numbers within [low, high], checked by the list's set of item types and its min and
+    max (C loops), not item by item: the per-query lists hold a value per query (~1,000 a trial), and every command
+    reads every entry."""
     def check(v: Any) -> str | None:
         if v is None:
             return None
@@ -134,14 +135,16 @@ def numbers(low: float | None = None, high: float | None = None) -> Check:
             return f"is {_shown(v)}, not a list"
         if not v:
             return None
-        arr = np.asarray(v) if _is_number(v[0]) and _is_number(v[-1]) else None
-        if arr is None or arr.ndim != 1 or arr.dtype.kind not in "iuf":
-            i, bad = next(((i, x) for i, x in enumerate(v) if not _is_number(x)), (0, v[0]))
+        if not set(map(type, v)) <= _NUMBER_TYPES:
+            i, bad = next((i, x) for i, x in enumerate(v) if type(x) not in _NUMBER_TYPES)
             return f"[{i}] is {_shown(bad)}, not a number"
-        if (low is not None and (arr < low).any()) or (high is not None and (arr > high).any()):
+        if (low is not None and min(v) < low) or (high is not None and max(v) > high):
             return f"holds values outside {_within(low, high)}"
         return None
     return check
+
+
+_NUMBER_TYPES = {int, float}   # what json reads a number as (a bool is neither)
 
 
 def list_of(item: Check) -> Check:
@@ -172,9 +175,10 @@ def mapping_of(value: Check, special: Mapping[str, Check] | None = None) -> Chec
     return check
 
 
-PERCENT = number(0, 100)
-# metrics with a range of their own: recall in percent, ranks from 1; the others are any number or null (NaN: a
-# statistic without a value, e.g. the skewness of a constant k-occurrence)
+PERCENT = number(0, 100, nan=False, null=False)
+# metrics with a range of their own: recall in percent (where present, a number: the clean check and every table
+# compute with it), ranks from 1; the others are any number or null (NaN: a statistic without a value, e.g. the
+# skewness of a constant k-occurrence)
 METRIC_CHECKS = {"R1": PERCENT, "R5": PERCENT, "R10": PERCENT, "MdR": number(1), "MnR": number(1)}
 # each field of TrialSpec (workloads/spec.py) by its annotation (str, int or bool), and the ranges of its integers
 _SPEC_TYPES = {"str": text(null=False), "int": integer(0, null=False), "bool": flag(null=False)}
@@ -224,7 +228,7 @@ ENTRY_FIELDS: dict[str, Check] = {
 
 def entry_problem(entry: Any, key: str) -> str | None:
     """Why `entry` is not a ledger entry of trial `key` (None: it is one): the first field that is missing or fails
-    its check in `ENTRY_FIELDS` / `spec_problem`, named with its value (one line). A finished entry needs its R@1."""
+    its check in `ENTRY_FIELDS` / `spec_problem`, named with its value (one line). A finished entry has an R@1."""
     if not isinstance(entry, dict):
         return f"not a JSON object but {type(entry).__name__}"
     missing = [f for f in ("key", "spec", "status") if f not in entry]
@@ -241,11 +245,8 @@ def entry_problem(entry: Any, key: str) -> str | None:
         if check is not None and (problem := check(value)) is not None:
             return _inner(name, problem)
     if entry["status"] == "ok":
-        metrics = entry.get("metrics") or {}
-        r1 = metrics.get("R1")
-        if r1 is None or (isinstance(r1, float) and math.isnan(r1)):
-            what = "NaN" if r1 is not None else "null" if "R1" in metrics else "missing"
-            return f"metrics.R1 is {what} in a finished (ok) entry"
+        if "R1" not in (entry.get("metrics") or {}):   # its value is checked above
+            return "metrics.R1 is missing in a finished (ok) entry"
     return None
 
 
