@@ -113,6 +113,13 @@ def test_wrong_values_are_damaged_named_counted_marked_everywhere_and_rerun(tmp_
         assert f"damaged ledger entry {ledger_dir / key[:2] / key}.json: {why}; moved to" in line, line
         assert (ledger_dir / "damaged" / f"{key}.json").exists() and not (ledger_dir / key[:2] / f"{key}.json").exists()
     assert "dmg: 10 cells: 4 done, 0 failed, 6 damaged, 0 never run" in out.stdout
+    # and again: set aside already, still counted damaged and each still named by its file, cell by cell
+    out = _cli(plan, shared_cache, "status", str(path))
+    assert out.returncode == 1 and "damaged ledger entry" not in out.stdout, out.stdout + out.stderr
+    assert "dmg: 10 cells: 4 done, 0 failed, 6 damaged, 0 never run" in out.stdout
+    for key, why in damaged.items():
+        t = next(t for t in plan.trials if t.key == key)
+        assert f"  damaged {t.label} [{key[:10]}]: {ledger_dir / 'damaged' / key}.json: {why}" in out.stdout
     # resume runs them again: cells to run, not done ones
     todo, status = select_trials(plan, TrialLedger(ledger_dir), only_failed=False, rerun=False)
     assert {t.key for t in todo} == set(damaged) and {status[k] for k in damaged} == {"damaged"}

@@ -178,6 +178,14 @@ def cmd_status(args) -> int:
         console.print(f"  [red]failed[/] {escape(t.label)} {escape('[' + t.key[:10] + ']')}: {escape(first_line)}")
     if len(failed) > 20 and not args.all:
         console.print(f"  ... {len(failed) - 20} more (--all)")
+    # damaged cells by their file, every time (the line naming one as it is set aside comes once, above)
+    files = ledger.damaged_files()
+    damaged = [t for t in plan.trials if status[t.key] == "damaged"]
+    for t in damaged if args.all else damaged[:20]:
+        console.print(f"  [yellow]damaged[/] {escape(t.label)} {escape('[' + t.key[:10] + ']')}: "
+                      f"{escape(files.get(t.key, ''))}")
+    if len(damaged) > 20 and not args.all:
+        console.print(f"  ... {len(damaged) - 20} more (--all)")
     if counts.get("failed") or counts.get("missing") or counts.get("damaged"):
         console.print(f"rerun them with: mlvp resume {args.grid}")
     # done, but some queries were dropped (videos that could not be decoded): fixed videos are re-read on request
