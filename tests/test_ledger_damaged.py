@@ -226,3 +226,38 @@ def test_resume_reruns_damaged_cells_and_their_earlier_mlflow_runs_are_supersede
     assert out.returncode == 0 and "sync: 0 trial runs logged" in out.stdout, out.stdout + out.stderr
     assert "10 of the ledger's 10 were there already" in out.stdout
     assert len(client.search_runs([exp.experiment_id], "tags.`mlvp.kind` = 'trial'", max_results=1000)) == 16
+
+
+def test_sync_leaves_one_current_run_per_trial(tmp_path, shared_cache):
+    """A store with several current runs of a trial (logged by a version before runs were superseded, or by a driver
+    killed before it marked one): `sync` keeps the one the ledger names, tags the others superseded, and neither
+    counts nor matches them afterwards."""
+    import io
+
+    from orchestrator.record.mlflow_store import SUPERSEDED_TAG, Tracker, default_tracking_uri, store_key
+    from orchestrator.record.sync import sync_grid
+    from orchestrator.run.console import make_console
+
+    _, plan = _grid(tmp_path, shared_cache)
+    ledger = TrialLedger(plan.paths.ledger)
+    tracker = Tracker(default_tracking_uri(plan.paths.results), plan.paths.results)
+    text = io.StringIO()
+    assert sync_grid(tracker, plan, ledger, make_console(text))[0] == 10
+    parent = tracker.latest_parent("dmg")
+    doubled, legacy = plan.trials[0], plan.trials[1]
+    tracker.log_trial(parent, "dmg", ledger.get(doubled.key))   # the same attempt logged twice: newer than the first
+    old = {k: v for k, v in ledger.get(legacy.key).items() if k != "recorded_at"}
+    tracker.log_trial(parent, "dmg", old)                        # a run without the attempt tag (an older version's)
+    assert sum(len(v) for v in tracker.current_trial_runs("dmg").values()) == 12
+
+    assert sync_grid(tracker, plan, ledger, make_console(text))[0] == 0
+    assert "MLflow: 2 runs of earlier attempts tagged superseded" in text.getvalue()
+    current = tracker.current_trial_runs("dmg")
+    assert sorted(current) == sorted(t.key for t in plan.trials) and all(len(v) == 1 for v in current.values())
+    for t in plan.trials:   # the run kept is the one the ledger names
+        assert current[t.key][0][1] == ledger.get(t.key)["mlflow_runs"][store_key(tracker.uri)]
+    superseded = [r for r in tracker.client.search_runs([tracker.experiment("dmg")], "tags.`mlvp.kind` = 'trial'")
+                  if SUPERSEDED_TAG in r.data.tags]
+    assert sorted(r.data.tags["mlvp.trial_key"] for r in superseded) == sorted([doubled.key, legacy.key])
+    assert sync_grid(tracker, plan, ledger, make_console(text))[0] == 0   # nothing logged, nothing more tagged
+    assert text.getvalue().count("tagged superseded") == 1
