@@ -85,7 +85,8 @@ def broken(trials: list[dict[str, Any]]) -> Value | None:
     for state in ("failed", "damaged"):
         hit = next((t for t in trials if t["status"] == state), None)
         if hit is not None:
-            return Value(state=state, key=hit["key"], why=str(hit.get("why") or "") if state == "damaged" else "")
+            return Value(state=state, key=str(hit.get("key") or ""),
+                         why=str(hit.get("why") or "") if state == "damaged" else "")
     return None
 
 
