@@ -9,6 +9,7 @@ import yaml
 
 from orchestrator.record.ledger import TrialLedger, entry_problem
 from orchestrator.record.sync import select_trials
+from workloads.spec import TrialSpec
 
 
 def _grid_file(folder, shared_cache):
@@ -30,13 +31,15 @@ def _grid_file(folder, shared_cache):
 
 
 def test_entry_problems_are_named():
-    spec = {a: "x" for a in ("dataset", "direction", "scenario", "perturbation", "severity", "method", "backbone")}
-    assert entry_problem({"key": "k", "spec": spec, "status": "ok"}, "k") is None
-    assert entry_problem({}, "k") == "no key, spec, status"
-    assert entry_problem([1], "k") == "not a JSON object but list"
-    assert "not the file's" in entry_problem({"key": "other", "spec": spec, "status": "ok"}, "k")
-    assert "status 'done'" in entry_problem({"key": "k", "spec": spec, "status": "done"}, "k")
-    assert entry_problem({"key": "k", "spec": {"dataset": "d"}, "status": "ok"}, "k").startswith("its spec lacks")
+    t = TrialSpec(dataset="synthetic", direction="v2t", scenario="query_shift", perturbation="fog", severity=1,
+                  method="tent", backbone="clip4clip")
+    k, spec = t.key, t.to_dict()
+    assert entry_problem({"key": k, "spec": spec, "status": "ok", "metrics": {"R1": 1.0}}, k) is None
+    assert entry_problem({}, k) == "no key, spec, status"
+    assert entry_problem([1], k) == "not a JSON object but list"
+    assert "not the file's" in entry_problem({"key": "other", "spec": spec, "status": "ok"}, k)
+    assert "status 'done'" in entry_problem({"key": k, "spec": spec, "status": "done"}, k)
+    assert entry_problem({"key": k, "spec": {"dataset": "d"}, "status": "ok"}, k).startswith("its spec lacks")
 
 
 def test_damaged_entries_are_set_aside_counted_and_rerun(tmp_path, shared_cache):

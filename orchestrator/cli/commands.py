@@ -21,7 +21,7 @@ from orchestrator.planning.describe import wall_lines
 from orchestrator.planning.environment import checkpoint_paths, models_to_make
 from orchestrator.planning.paths import Paths, check_writable
 from orchestrator.planning.plan import Plan, build_plan, missing_videos, plan_for_sizing
-from orchestrator.record.ledger import TrialLedger
+from orchestrator.record.ledger import TrialLedger, count_text
 from orchestrator.record.results_lock import results_lock
 from orchestrator.record.mlflow_store import (CorruptStore, StoreOfAnotherFolder, Tracker, check_store,
                                               corrupt_store_line, default_tracking_uri, is_corrupt_store_error)
@@ -132,7 +132,8 @@ def cmd_resume(args) -> int:
                       f"not rerun (resume without --only-failed runs them)")
     if not todo:
         console.print(f"nothing to resume: {c.get('ok', 0)}/{len(plan.trials)} cells done, {c.get('failed', 0)} "
-                      f"failed" + (f", {c.get('missing', 0)} never run" if c.get("missing") else ""))
+                      f"failed" + (f", {c['damaged']} damaged" if c.get("damaged") else "")
+                      + (f", {c.get('missing', 0)} never run" if c.get("missing") else ""))
         return 0
     from orchestrator.run.submit import submit   # imports Ray Tune (~1.5 s): only the commands that run trials
 
@@ -208,15 +209,21 @@ def cmd_status(args) -> int:
         console.print(f"[yellow]{escape(line)}[/]")
     entries = {t.key: ledger.get(t.key) for t in plan.trials}
     counts = Counter(status.values())
-    console.print(f"{grid.name}: {len(plan.trials)} cells: {counts.get('ok', 0)} done, {counts.get('failed', 0)} "
-                  f"failed, " + (f"{counts['damaged']} damaged, " if counts.get("damaged") else "")
-                  + f"{counts.get('missing', 0)} never run")
+    console.print(f"{grid.name}: {len(plan.trials)} cells: {count_text(counts)}")
     failed = [(t, entries[t.key]) for t in plan.trials if status[t.key] == "failed"]
     for t, e in failed if args.all else failed[:20]:
         first_line = ((e.get("error") or "no error recorded").splitlines() or [""])[0]
         console.print(f"  [red]failed[/] {escape(t.label)} {escape('[' + t.key[:10] + ']')}: {escape(first_line)}")
     if len(failed) > 20 and not args.all:
         console.print(f"  ... {len(failed) - 20} more (--all)")
+    # damaged cells by their file, every time (the line naming one as it is set aside comes once, above)
+    files = ledger.damaged_files()
+    damaged = [t for t in plan.trials if status[t.key] == "damaged"]
+    for t in damaged if args.all else damaged[:20]:
+        console.print(f"  [yellow]damaged[/] {escape(t.label)} {escape('[' + t.key[:10] + ']')}: "
+                      f"{escape(files.get(t.key, ''))}")
+    if len(damaged) > 20 and not args.all:
+        console.print(f"  ... {len(damaged) - 20} more (--all)")
     if counts.get("failed") or counts.get("missing") or counts.get("damaged"):
         console.print(f"rerun them with: mlvp resume {args.grid}")
     # done, but some queries were dropped (videos that could not be decoded): fixed videos are re-read on request
@@ -268,12 +275,13 @@ def cmd_report(args) -> int:
     console = make_console()
     for line in ledger.damaged_lines():
         console.print(f"[yellow]{escape(line)}[/]")
-    if not entries:
+    damaged = ledger.damaged_files()   # after the entries are read: those found damaged just now are set aside
+    if not entries and not any(t.key in damaged for t in plan.trials):
         console.print(f"{grid.name}: none of its {len(plan.trials)} cells is in the ledger under {paths.ledger}; "
                       f"nothing to report: run it first (mlvp submit {args.grid}) or give --results-dir")
         return 1
     grid_dir = plan.paths.grid_dir(grid.name)
-    df = planned_rows(plan.trials, entries, lists=False)
+    df = planned_rows(plan.trials, entries, lists=False, damaged=damaged)
     if args.metric not in df.columns:
         metrics = [c for c in df.columns if c[0].isupper() or c.startswith("hub_")]
         raise ValueError(f"unknown metric {args.metric!r}; metrics: {', '.join(metrics)}")
@@ -281,8 +289,7 @@ def cmd_report(args) -> int:
     files = write_tables(entries, grid_dir, grid, plan.trials, df, computed)
     report_files = write_report(grid, plan.trials, entries, grid_dir, ledger, computed=computed)
     counts = Counter(df["status"])
-    console.print(f"{grid.name}: {len(plan.trials)} cells: {counts.get('ok', 0)} done, {counts.get('failed', 0)} "
-                  f"failed, {counts.get('missing', 0)} never run. {LEGEND}")
+    console.print(f"{grid.name}: {len(plan.trials)} cells: {count_text(counts)}. {LEGEND}")
     for tables in scenario_tables(grid, df, args.metric).values():   # the headline tables come first
         for t in tables:
             console.print(f"\n{t.title}\n{escape(table_markdown(t))}")

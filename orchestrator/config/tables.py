@@ -7,6 +7,9 @@ the HTML report (orchestrator/report/formats.py) only render them, so a cell rea
 - partial: a number over fewer (`of` says how many): written with `*`, never bold as a column's best;
 - failed: a trial of the cell failed (`key`: the first): written `failed`, never a number;
 - missing: no trial of the cell ran: written `missing`, never zero;
+- damaged: a trial of the cell has a ledger entry that could not be read as one (orchestrator/record/ledger.py:
+  set aside, run again by `resume`; `key`: the first, `why`: its file and what is wrong): written `damaged`, never
+  a number and never `missing`, which says that it never ran;
 - undefined: the trials ran, but the statistic has no value on them (`why` says why: a rank correlation across
   configurations whose R@1, or whose signal, is the same for every one): written `undefined (<why>)`, never a number
   and never `missing`, which says that results are absent.
@@ -28,7 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-STATES = ("ok", "partial", "failed", "missing", "undefined")
+STATES = ("ok", "partial", "failed", "damaged", "missing", "undefined")
+NO_NUMBER = ("failed", "damaged", "missing", "undefined")   # the states of a cell without a number
 # the paper's level order: video types low / mid / high, text types character / word / sentence
 LEVEL_ORDER = ["low", "mid", "high", "character", "word", "sentence"]
 
@@ -49,11 +53,11 @@ class Value:
     high: float = math.nan
     seeds: dict[int, float] = field(default_factory=dict)    # seed -> the cell's value at that seed (2 or more)
     draws: Any = None                                        # bootstrap means over queries (numpy [BOOTSTRAP_DRAWS])
-    why: str = ""                                            # undefined: why there is no value ("constant R@1")
+    why: str = ""              # undefined: why there is no value ("constant R@1"); damaged: the entry's file and why
 
     def text(self, digits: int) -> str:
-        if self.state == "failed":
-            return "failed"
+        if self.state in ("failed", "damaged"):
+            return self.state
         if self.state == "undefined":
             return f"undefined ({self.why})" if self.why else "undefined"
         if self.state == "missing" or math.isnan(self.value):
@@ -72,17 +76,27 @@ class Value:
     @property
     def number(self) -> float | None:
         """The value when the cell has one (ok or partial), else None."""
-        return None if self.state in ("failed", "missing", "undefined") or math.isnan(self.value) else self.value
+        return None if self.state in NO_NUMBER or math.isnan(self.value) else self.value
+
+
+def broken(trials: list[dict[str, Any]]) -> Value | None:
+    """The cell of a group of planned trials of which one failed (failed, `key` the first) or has a damaged entry
+    (damaged, `key` the first, `why` its row's `why`: the file); None when neither."""
+    for state in ("failed", "damaged"):
+        hit = next((t for t in trials if t["status"] == state), None)
+        if hit is not None:
+            return Value(state=state, key=str(hit.get("key") or ""),
+                         why=str(hit.get("why") or "") if state == "damaged" else "")
+    return None
 
 
 def combine(trials: list[dict[str, Any]], metric: str) -> Value:
-    """The mean of `metric` over a group of planned trials (each a row with `status`: ok / failed / missing), with
-    its interval over the trials' seeds, or over their queries (module docstring)."""
+    """The mean of `metric` over a group of planned trials (each a row with `status`: ok / failed / damaged /
+    missing), with its interval over the trials' seeds, or over their queries (module docstring)."""
     if not trials:
         return Value()
-    failed = [t for t in trials if t["status"] == "failed"]
-    if failed:
-        return Value(state="failed", key=failed[0]["key"])
+    if (bad := broken(trials)) is not None:
+        return bad
     ran = [t for t in trials if t["status"] == "ok" and t.get(metric) is not None and not pd.isna(t.get(metric))]
     if not ran:
         return Value()
@@ -148,11 +162,12 @@ def _carry(values: list[Value], fn) -> dict[str, Any]:
 
 
 def mean_of(values: list[Value]) -> Value:
-    """An average column over other cells: partial when some have no number; failed/missing when none has one."""
+    """An average column over other cells: partial when some have no number; failed/damaged/missing when none has
+    one."""
     have = [v for v in values if v.state in ("ok", "partial")]
     if not have:
-        failed = [v for v in values if v.state == "failed"]
-        return Value(state="failed", key=failed[0].key) if failed else Value()
+        return next((Value(state=v.state, key=v.key, why=v.why) for state in ("failed", "damaged") for v in values
+                     if v.state == state), Value())
     complete = len(have) == len(values) and all(v.state == "ok" for v in have)
     return with_interval(Value(float(np.mean([v.value for v in have])), "ok" if complete else "partial",
                                of="" if complete else f"{len(have)} of {len(values)}",
@@ -160,10 +175,12 @@ def mean_of(values: list[Value]) -> Value:
 
 
 def difference(a: Value, b: Value) -> Value:
-    """a - b, paired: seed by seed (the seeds both have) or draw by draw; failed or missing when either is."""
-    for v in (a, b):
-        if v.state == "failed":
-            return Value(state="failed", key=v.key)
+    """a - b, paired: seed by seed (the seeds both have) or draw by draw; failed, damaged or missing when either
+    is."""
+    for state in ("failed", "damaged"):
+        for v in (a, b):
+            if v.state == state:
+                return Value(state=state, key=v.key, why=v.why)
     if a.number is None or b.number is None:
         return Value()
     partial = "partial" in (a.state, b.state)

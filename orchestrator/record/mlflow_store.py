@@ -34,6 +34,17 @@ KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 # the axes a user filters and groups runs by in the MLflow UI, also as tags (tags are searchable and editable)
 TAG_AXES = ("scenario", "dataset", "source_dataset", "direction", "perturbation", "severity", "method", "variant",
             "backbone", "backbone_variant", "faithful", "config", "seed")
+# a trial run's attempt: its ledger entry's `recorded_at`, so a run of an earlier attempt of the cell (a re-run of a
+# damaged, failed or --rerun cell) is told from this one's (orchestrator/record/sync.py `current_run`)
+ATTEMPT_TAG = "mlvp.recorded_at"
+# on a run of an earlier attempt, once its cell has a newer run: that run's id. The UI shows one current run per cell
+# with the filter `tags.mlvp.superseded_by IS NULL`; `sync` neither counts nor matches a superseded run
+SUPERSEDED_TAG = "mlvp.superseded_by"
+
+
+def attempt_tag(recorded_at: float) -> str:
+    """`ATTEMPT_TAG`'s value for an entry's `recorded_at` (a float's repr: it reads back from JSON the same)."""
+    return repr(float(recorded_at))
 
 
 def default_tracking_uri(results_dir: str | os.PathLike) -> str:
@@ -261,6 +272,8 @@ class Tracker(BackgroundLogging):
         exp = self.experiment(grid_name)
         tags = {"mlflow.parentRunId": parent_id, "mlvp.kind": "trial", "mlvp.trial_key": entry["key"],
                 "mlvp.status": entry["status"], **{k: str(spec[k]) for k in TAG_AXES if spec.get(k) not in (None, "")}}
+        if entry.get("recorded_at") is not None:
+            tags[ATTEMPT_TAG] = attempt_tag(entry["recorded_at"])
         level = _level(spec)
         if level:
             tags["level"] = level
@@ -319,10 +332,19 @@ class Tracker(BackgroundLogging):
         return closed
 
     def trial_runs(self, grid_name: str) -> dict[tuple[str, str], str]:
-        """(trial key, status) -> run id of every trial run this store holds for the grid, newest run first (a page
-        of `search_runs` at a time)."""
-        exp = self.client.get_experiment_by_name(f"mlvp/{grid_name}")
+        """(trial key, status) -> run id of the newest current (not superseded) trial run of each in this store."""
         out: dict[tuple[str, str], str] = {}
+        for key, runs in self.current_trial_runs(grid_name).items():
+            for status, rid, _ in runs:
+                out.setdefault((key, status), rid)
+        return out
+
+    def current_trial_runs(self, grid_name: str) -> dict[str, list[tuple[str, str, str]]]:
+        """Trial key -> (status, run id, attempt: `ATTEMPT_TAG`, "" on runs logged before it) of every trial run of
+        the grid in this store that is not superseded (`SUPERSEDED_TAG`), newest first (a page of `search_runs` at a
+        time; the superseded ones are left out here, not in the query, which an older server may not parse)."""
+        exp = self.client.get_experiment_by_name(f"mlvp/{grid_name}")
+        out: dict[str, list[tuple[str, str, str]]] = {}
         if exp is None:
             return out
         token = None
@@ -331,10 +353,31 @@ class Tracker(BackgroundLogging):
                                            page_token=token)
             for run in page:
                 tags = run.data.tags
-                out.setdefault((tags.get("mlvp.trial_key", ""), tags.get("mlvp.status", "")), run.info.run_id)
+                if SUPERSEDED_TAG not in tags:
+                    out.setdefault(tags.get("mlvp.trial_key", ""), []).append(
+                        (tags.get("mlvp.status", ""), run.info.run_id, tags.get(ATTEMPT_TAG, "")))
             token = page.token
             if not token:
                 return out
+
+    def supersede(self, grid_name: str, key: str, current: str) -> list[str]:
+        """Tag every other trial run of trial `key` as superseded by run `current` (`SUPERSEDED_TAG`, and a note the
+        UI shows on the run's page); returns the runs tagged now."""
+        exp = self.experiment(grid_name)
+        done, token = [], None
+        while True:
+            page = self.client.search_runs([exp], f"tags.`mlvp.trial_key` = '{key}' and tags.`mlvp.kind` = 'trial'",
+                                           max_results=1000, page_token=token)
+            for run in page:
+                rid = run.info.run_id
+                if rid != current and SUPERSEDED_TAG not in run.data.tags:
+                    self.client.set_tag(rid, SUPERSEDED_TAG, current)
+                    self.client.set_tag(rid, "mlflow.note.content",
+                                        f"Superseded by run {current}: a later attempt of this trial (the ledger's).")
+                    done.append(rid)
+            token = page.token
+            if not token:
+                return done
 
     def finish_parent(self, parent_id: str, metrics: dict[str, float], files: list[Path], status: str) -> None:
         self._log_batch(parent_id, metrics=metrics)

@@ -1,5 +1,6 @@
 """The driver's side of every finished trial (`LiveRecorder`): the ledger first, so nothing is lost if anything after
-fails, then its MLflow child run (in the background), a console line and the progress bar."""
+fails, then its MLflow child run (in the background; a re-run cell's earlier runs tagged superseded by it), a console
+line and the progress bar."""
 from __future__ import annotations
 
 import math
@@ -40,15 +41,26 @@ class LiveRecorder:
                                         f"free space under {self.ledger.root} and resume[/]")
             entry = None
         if entry is not None and self.tracking:   # on the tracker's thread: this callback returns now
-            key = result["key"]
-            self.tracker.log_trial_later(
-                self.parent, self.grid_name, entry,
-                lambda rid: self.ledger.record_run(key, self.store, rid, entry),   # the entry as written: not re-read
-                self.untracked)
+            self.tracker.log_trial_later(self.parent, self.grid_name, entry, self._logged(entry), self.untracked)
         ok = result["status"] == "ok"
         self.counts["ok" if ok else "failed"] += 1
         self.progress.console.print(self.columns.line(result))
         self.progress.update(self.task, advance=1, failed=self.counts["failed"])
+
+    def _logged(self, entry: dict[str, Any]) -> Callable[[str], None]:
+        """What follows the MLflow run of `entry` (on the tracker's thread): the run noted in the ledger (from the
+        entry as written: not re-read), and where the cell ran before (an earlier attempt in the ledger, or an
+        entry set aside as damaged), its earlier runs tagged superseded by this one (`Tracker.supersede`: one
+        current run per cell). A first attempt, most of them, costs no search."""
+        key = entry["key"]
+        earlier = len(entry.get("attempts") or ()) > 1 or bool(entry.get("previous_mlflow_runs")) \
+            or self.ledger.was_damaged(key)
+
+        def logged(rid: str) -> None:
+            self.ledger.record_run(key, self.store, rid, entry)
+            if earlier:
+                self.tracker.supersede(self.grid_name, key, rid)
+        return logged
 
     def untracked(self, err: Exception) -> None:
         """Tracking trouble must not lose the result: the ledger has it."""

@@ -12,35 +12,56 @@ from rich.console import Console
 
 from orchestrator.planning.plan import Plan
 from orchestrator.record.ledger import TrialLedger
-from orchestrator.record.mlflow_store import store_key
+from orchestrator.record.mlflow_store import attempt_tag, store_key
 from workloads.spec import TrialSpec
 
 
 def sync_entries(tracker, grid_name: str, entries: list[dict[str, Any]], parent: Callable[[], str],
-         record: Callable[[str, str], None],
-         whole: Callable[[str], dict[str, Any] | None] | None = None, chunk: int = 200) -> int:
-    """Log every ledger entry `tracker`'s store lacks (by trial key and status) as a child run of `parent()` (called
-    only when something is logged), and `record(trial key, run id)` for every entry whose run in this store the
-    ledger did not know yet. Returns the number of runs created. `whole(key)` reads an entry back with its
-    per-query lists when `entries` were read without them (`TrialLedger.entries(lists=False)`). The missing ones
-    are logged `chunk` at a time (`log_trials`: one transaction each on a SQL store), each recorded as its chunk
-    commits."""
-    have = tracker.trial_runs(grid_name)
+                 record: Callable[[str, str], None],
+                 whole: Callable[[str], dict[str, Any] | None] | None = None, chunk: int = 200) -> tuple[int, int]:
+    """Log every ledger entry `tracker`'s store lacks (`current_run`: by trial key, status and attempt) as a child run
+    of `parent()` (called only when something is logged), and `record(trial key, run id)` for every entry whose run
+    in this store the ledger did not know yet. Every other current run of an entry's trial (an earlier attempt's: a
+    re-run of a damaged or failed cell, a driver killed before it marked one) is then tagged superseded
+    (`Tracker.supersede`), so the store holds one current run per trial. Returns (runs created, runs superseded).
+    `whole(key)` reads an entry back with its per-query lists when `entries` were read without them
+    (`TrialLedger.entries(lists=False)`). The missing ones are logged `chunk` at a time (`log_trials`: one
+    transaction each on a SQL store), each recorded as its chunk commits."""
+    have = tracker.current_trial_runs(grid_name)
     store, created, parent_id = store_key(tracker.uri), 0, None
     missing: list[dict[str, Any]] = []
+    current: list[tuple[str, str]] = []   # (trial key, its current run) of the trials whose other runs go
     for e in entries:
-        rid = have.get((e["key"], e["status"]))
+        runs = have.get(e["key"], [])
+        known = (e.get("mlflow_runs") or {}).get(store)
+        rid = current_run(e, runs, known)
         if rid is None:
             missing.append(e)
-        elif (e.get("mlflow_runs") or {}).get(store) != rid:
+            continue
+        if known != rid:
             record(e["key"], rid)
+        if len(runs) > 1:
+            current.append((e["key"], rid))
     for i in range(0, len(missing), chunk):
         parent_id = parent_id or parent()
         part = [(whole(e["key"]) if whole else None) or e for e in missing[i:i + chunk]]
         for e, rid in zip(part, tracker.log_trials(parent_id, grid_name, part)):
             created += 1
             record(e["key"], rid)
-    return created
+            if have.get(e["key"]):
+                current.append((e["key"], rid))
+    superseded = sum(len(tracker.supersede(grid_name, key, rid)) for key, rid in current)
+    return created, superseded
+
+
+def current_run(entry: dict[str, Any], runs: list[tuple[str, str, str]], known: str | None = None) -> str | None:
+    """Which of a store's current runs of the entry's trial (`Tracker.current_trial_runs`: (status, run id, attempt),
+    newest first) is the entry's: one of its status and its attempt (`recorded_at`; a run logged before runs carried
+    it matches any), the one the ledger names (`known`) where it is among them, else the newest; None: none is."""
+    attempt = attempt_tag(entry["recorded_at"]) if entry.get("recorded_at") is not None else ""
+    mine = [rid for status, rid, tag in runs
+            if status == entry["status"] and (not tag or not attempt or tag == attempt)]
+    return known if known in mine else (mine[0] if mine else None)
 
 
 def select_trials(plan: Plan, ledger: TrialLedger, only_failed: bool, rerun: bool, incomplete: bool = False):
@@ -80,13 +101,16 @@ def sync_store(tracker, plan: Plan, ledger: TrialLedger, parent, console: Consol
     check ran this way); without it the line says they were in the ledger and not in the store."""
     store = store_key(tracker.uri)
     entries, whole = entries or ledger_as_of(plan, ledger, ())
-    created = sync_entries(tracker, plan.grid.name, entries, parent,
-                           lambda key, rid: ledger.record_run(key, store, rid), whole=whole)
+    created, superseded = sync_entries(tracker, plan.grid.name, entries, parent,
+                                       lambda key, rid: ledger.record_run(key, store, rid), whole=whole)
     if created and what:
         console.print(f"MLflow: logged the {created} {what} to {tracker.uri}")
     elif created:
         console.print(f"MLflow: logged {created} trials that the ledger holds and {tracker.uri} did not (a "
                       "submission stopped before logging them, or a new store)")
+    if superseded:
+        console.print(f"MLflow: {superseded} runs of earlier attempts tagged superseded in {tracker.uri} (one current "
+                      f"run per trial: filter tags.mlvp.superseded_by IS NULL)")
     return created
 
 

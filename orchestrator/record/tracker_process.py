@@ -76,6 +76,12 @@ class TrackerProcess(BackgroundLogging):
     def trial_runs(self, grid_name: str) -> dict[tuple[str, str], str]:
         return self._call("trial_runs", grid_name)
 
+    def current_trial_runs(self, grid_name: str) -> dict[str, list[tuple[str, str, str]]]:
+        return self._call("current_trial_runs", grid_name)
+
+    def supersede(self, grid_name: str, key: str, current: str) -> list[str]:
+        return self._call("supersede", grid_name, key, current)
+
     def finish_parent(self, parent_id: str, metrics: dict[str, float], files: list[Path], status: str) -> None:
         self._call("finish_parent", parent_id, metrics, [Path(f) for f in files], status)
 

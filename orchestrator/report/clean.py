@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from orchestrator.config.tables import Table, Value
+from orchestrator.config.tables import Table, Value, broken
 from orchestrator.planning.clean_check import CheckCase, compare
 from workloads.spec import CLEAN
 
@@ -57,8 +57,7 @@ def clean_table(df: pd.DataFrame) -> Table | None:
         row = (r["backbone_label"], f"{case.setting}: {where}{r['dataset']} {r['direction']}")
         rows.append(row)
         if r["status"] != "ok":
-            state = "failed" if r["status"] == "failed" else "missing"
-            cells.update({(row, col): Value(math.nan, state) for col in COLUMNS})
+            cells.update({(row, col): broken([r]) or Value() for col in COLUMNS})   # failed, damaged or missing
             continue
         ours = c.metrics["R1"]
         cells[(row, COLUMNS[0])] = Value(ours, "ok")

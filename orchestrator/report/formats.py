@@ -1,9 +1,9 @@
 """A `Table` (orchestrator/config/tables.py) rendered: as Markdown (the console and the .md files), as HTML (the
 report), in long form (one row per cell, with its state) and in wide form (the paper's layout as Parquet, a state
 column beside each value column). Every form says the same of a cell: a number, a partial mean marked `*`,
-`missing`, `failed` or `undefined` with its reason; the best complete value of a column on each backbone is bold, in
-tables whose rows are compared (`Table.compare_rows`: not the agreement tables of Kendall's tau, nor the signals'
-correlations)."""
+`missing`, `failed`, `damaged` (with its ledger file: the `why` columns, the HTML cell's title and link) or
+`undefined` with its reason; the best complete value of a column on each backbone is bold, in tables whose rows are
+compared (`Table.compare_rows`: not the agreement tables of Kendall's tau, nor the signals' correlations)."""
 from __future__ import annotations
 
 import html
@@ -17,7 +17,9 @@ import pandas as pd
 from orchestrator.config.tables import Table
 
 LEGEND = ("A number over every trial the cell asks for; `*`: a mean over fewer (some did not run); `missing`: never "
-          "run; `failed`: a trial failed (see Errors); `undefined (why)`: the trials ran but the statistic has no "
+          "run; `failed`: a trial failed (see Errors); `damaged`: a trial's ledger entry could not be read as one (set "
+          "aside in ledger/damaged/, named under Damaged ledger entries and in the Parquet `why` columns; resume runs "
+          "it again); `undefined (why)`: the trials ran but the statistic has no "
           "value, e.g. a rank correlation across configurations whose R@1 (or signal) is the same for all of them "
           "(constant R@1, constant signal). Best complete value per column and backbone in bold, where the rows are "
           "methods to compare (not Kendall's tau rows). `±`: half the 95% interval, over seeds (Student's t) or, "
@@ -69,6 +71,8 @@ def table_html(t: Table) -> str:
             text = esc(v.text(t.digits))
             if v.state == "failed":
                 cells.append(f'<td class="failed"><a href="#err-{esc(v.key)}">failed</a></td>')
+            elif v.state == "damaged":
+                cells.append(f'<td class="damaged" title="{esc(v.why)}"><a href="#dmg-{esc(v.key)}">damaged</a></td>')
             elif v.state == "missing":
                 cells.append('<td class="missing">missing</td>')
             elif v.state == "undefined":
@@ -106,9 +110,11 @@ def long_frame(tables: list[Table]) -> pd.DataFrame:
 
 def wide_frame(t: Table) -> pd.DataFrame:
     """The table in its paper layout: its keys, backbone and method, one value column per column (null where the
-    cell has no number), then a `<column>:state` column per column (ok / partial / failed / missing / undefined);
+    cell has no number), then a `<column>:state` column per column (ok / partial / failed / damaged / missing /
+    undefined);
     where cells have intervals, `<column>:low` / `<column>:high`, where they ran at several seeds, each seed's value
-    (`<column>:seed<N>`), and where a cell is undefined, why (`<column>:why`, null elsewhere). Built column by column,
+    (`<column>:seed<N>`), and where a cell is undefined or damaged, why (`<column>:why`: the reason, or the damaged
+    entry's file; null elsewhere). Built column by column,
     the numbers as float64 arrays: a frame of rows cast afterwards took 60% of writing the full matrix's tables
     (docs/notes/2026-11-29-finish.md)."""
     names = [column_name(t, c) for c in t.columns]

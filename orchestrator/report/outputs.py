@@ -43,6 +43,7 @@ class Outputs:
     ok: int = 0
     failed: int = 0
     present: int = 0                  # trials of the grid with a ledger entry (ok or failed)
+    damaged: int = 0                  # trials of the grid whose entry is damaged (orchestrator/record/ledger.py)
     report_error: str | None = None   # the report failed (the tables were written): its one-line cause
     error: str | None = None          # nothing was written: the one-line cause
     peak_rss_mb: float | None = None  # the writing process's peak resident memory (Linux), for the benchmarks
@@ -70,7 +71,8 @@ def write_outputs(grid, specs: list[TrialSpec], grid_dir: Path, ledger_root: Pat
     out = Outputs(ok=sum(e["status"] == "ok" for e in entries), failed=sum(e["status"] == "failed" for e in entries),
                   present=len(entries))
     severity = None
-    df = planned_rows(specs, entries)
+    df = planned_rows(specs, entries, damaged=ledger.damaged_files())
+    out.damaged = int((df["status"] == "damaged").sum()) if len(df) else 0
     try:   # the report's severity figures draw in a forked process while this one writes the tables
         severity = severity_apart(grid, df, clear_plots(grid_dir)) if apart else None
     except Exception as err:  # a plot must not cost the tables: `report GRID` rebuilds it
@@ -200,7 +202,8 @@ def _counts(specs: list[TrialSpec], ledger_root: Path) -> dict[str, int]:
     line of `submit` still say how far the grid got when its tables could not be written."""
 
     counts = TrialLedger(ledger_root).counts(t.key for t in specs)
-    return {"ok": counts["ok"], "failed": counts["failed"], "present": counts["ok"] + counts["failed"]}
+    return {"ok": counts["ok"], "failed": counts["failed"], "present": counts["ok"] + counts["failed"],
+            "damaged": counts["damaged"]}
 
 
 def _child(job: str, answer: str) -> int:

@@ -14,7 +14,8 @@ network), `report.md`, `report_tables.parquet` (every table cell in long form, w
   (each trial's per-batch R@1) and the TTA cost per query per method (Table 8).
 
 A cell the grid asks for that never ran reads "missing"; a failed one reads "failed", linked to its error at the end
-of the page. Neither is ever a zero, and averages over incomplete groups are marked with `*`.
+of the page; one whose ledger entry is damaged reads "damaged", linked to its file under "Damaged ledger entries"
+(orchestrator/record/ledger.py). None is ever a zero, and averages over incomplete groups are marked with `*`.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from orchestrator.config.tables import Table, Value
-from orchestrator.record.ledger import PER_QUERY
+from orchestrator.record.ledger import DAMAGED, PER_QUERY, count_text
 from orchestrator.report.formats import LEGEND, long_frame, table_html, table_markdown
 from orchestrator.report.plots import (
     _list,
@@ -108,6 +109,7 @@ table.results td,table.results th{border:1px solid #ccc;padding:2px 6px;text-ali
 table.results td:nth-child(-n+2){text-align:left}
 th.group{background:#eef}th{background:#f6f6f6}
 td.missing{color:#999;font-style:italic}td.failed{background:#fdd}td.partial{color:#555}
+td.damaged{background:#fed;font-style:italic}
 td.undefined{color:#777;font-style:italic;background:#f4f4f4}
 img{max-width:100%;border:1px solid #eee;margin:.3em 0}
 .summary span{margin-right:1.2em}pre{background:#f7f7f7;padding:.5em;font-size:11px;overflow-x:auto}
@@ -142,7 +144,8 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
     if severity is None:
         clear_plots(grid_dir)
     _remember_grid(grid, grid_dir)
-    df = planned_rows(specs, entries) if df is None else df
+    if df is None:
+        df = planned_rows(specs, entries, damaged=ledger.damaged_files() if ledger is not None else None)
     counts = df["status"].value_counts().to_dict() if len(df) else {}
 
     sections = report_sections(grid, df, computed)
@@ -182,8 +185,8 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
     files.append(out / "report_tables.parquet")
 
     failed = df[df["status"] == "failed"] if len(df) else df
-    summary = (f"{len(df)} cells: {counts.get('ok', 0)} done, {counts.get('failed', 0)} failed, "
-               f"{counts.get('missing', 0)} never run")
+    damaged = df[df["status"] == DAMAGED] if len(df) else df
+    summary = f"{len(df)} cells: {count_text(counts)}"
     # Markdown
     md = [f"# {grid.name}: report\n", summary + "\n", LEGEND + "\n"]
     for head, tables in sections:
@@ -198,6 +201,10 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
         md.append("\n## Errors\n")
         for _, f in failed.iterrows():
             md.append(f"- <a id=\"err-{f['key']}\"></a>`{f['key'][:12]}` {_cell_name(f)}: {f.get('error')}")
+    if len(damaged):
+        md.append("\n## Damaged ledger entries\n")
+        for _, f in damaged.iterrows():
+            md.append(f"- <a id=\"dmg-{f['key']}\"></a>`{f['key'][:12]}` {_cell_name(f)}: {f.get('why')}")
     (out / "report.md").write_text("\n".join(md) + "\n")
     files.append(out / "report.md")
 
@@ -209,7 +216,7 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
             "plots/; the grid's Parquet tables and trials.parquet one folder up.</p>"]
     toc = ["<ul>"] + [f'<li><a href="#sec-{i}">{esc(h)}</a></li>' for i, (h, _) in enumerate(sections)] + \
         ['<li><a href="#plots">Plots</a></li>'] + (['<li><a href="#errors">Errors</a></li>'] if len(failed) else []) \
-        + ["</ul>"]
+        + (['<li><a href="#damaged">Damaged ledger entries</a></li>'] if len(damaged) else []) + ["</ul>"]
     body.extend(toc)
     for i, (head, tables) in enumerate(sections):
         body.append(f'<h2 id="sec-{i}">{esc(head)}</h2>')
@@ -227,6 +234,11 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
             body.append(f'<div class="error" id="err-{esc(f["key"])}"><h3>{esc(_cell_name(f))} '
                         f'<code>{esc(f["key"][:12])}</code></h3><p>{esc(str(f.get("error")))}</p>'
                         + (f"<pre>{esc(str(tb)[-3000:])}</pre>" if tb else "") + "</div>")
+    if len(damaged):
+        body.append('<h2 id="damaged">Damaged ledger entries</h2>')
+        for _, f in damaged.iterrows():
+            body.append(f'<div class="damaged" id="dmg-{esc(f["key"])}"><h3>{esc(_cell_name(f))} '
+                        f'<code>{esc(f["key"][:12])}</code></h3><p>{esc(str(f.get("why")))}</p></div>')
     page = ("<!doctype html><html><head><meta charset=\"utf-8\"><title>" + esc(grid.name) + " report</title><style>"
             + CSS + "</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
     (out / "index.html").write_text(page)

@@ -3,7 +3,8 @@ tables in the paper's layouts (query shift: Table 1 per dataset and direction, t
 severity, Table 3 for text queries, Table 13; QGS: Tables 4-5; mixed shift: Tables 17-18) as Parquet (wide, a state
 column beside each value: orchestrator/report/formats.py) and Markdown. The tables come from the scenarios
 (orchestrator/config/scenarios); this module only writes them. Cells that never ran are missing in every file,
-failed ones failed, partial means marked: never a zero, never a silent mean over fewer cells.
+failed ones failed, those whose ledger entry is damaged damaged (its file in the `why` columns), partial means
+marked: never a zero, never a silent mean over fewer cells.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from orchestrator.config.tables import Table
+from orchestrator.record.ledger import count_text
 from orchestrator.report.formats import LEGEND, table_markdown, wide_frame
 from orchestrator.report.rows import QS, planned_rows, table_order
 from orchestrator.report.selection import paired_tables, selection_tables
@@ -40,7 +42,8 @@ def grid_configs(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def trials_table(df: pd.DataFrame) -> pa.Table:
-    """`trials.parquet`: the planned rows, without their per-query lists."""
+    """`trials.parquet`: the planned rows, without their per-query lists; `status` ok / failed / damaged / missing,
+    and `why` a damaged trial's ledger file and what is wrong with it (orchestrator/report/rows.py)."""
     keep = [c for c in df.columns if c not in ("k_occurrence", "batch_R1", "traceback", "query_R1")]
     return pa.Table.from_pandas(df[keep] if len(df) else pd.DataFrame(columns=["key", "status"]),
                                 preserve_index=False)
@@ -63,8 +66,7 @@ def write_tables(entries: list[dict[str, Any]], out_dir: Path, grid, specs: list
         scenario = grid.scenarios[name]
         mine = df[df["scenario"] == name] if len(df) else df
         done = dict(mine["status"].value_counts()) if len(mine) else {}
-        head = (f"# {scenario.title}\n\n{len(mine)} trials: {done.get('ok', 0)} done, {done.get('failed', 0)} "
-                f"failed, {len(mine) - done.get('ok', 0) - done.get('failed', 0)} never run. {LEGEND}\n")
+        head = f"# {scenario.title}\n\n{len(mine)} trials: {count_text(done)}. {LEGEND}\n"
         files += _write_stacked(out_dir, scenario.prefix, head, tables)
     for title, prefix, tables in analysis_tables(grid, df, computed):
         files += _write_stacked(out_dir, prefix, f"# {title}\n\n{LEGEND}\n", tables)

@@ -1,14 +1,16 @@
-"""The planned trials as rows: one row per trial the grid asks for, with its status (ok / failed / missing) and what
-the ledger holds of it. Every table (orchestrator/config/tables.py), `trials.parquet` and the report's plots read
-these rows, so a trial that did not run is a row that says so, never an absent one."""
+"""The planned trials as rows: one row per trial the grid asks for, with its status (ok / failed / damaged /
+missing) and what the ledger holds of it. Every table (orchestrator/config/tables.py), `trials.parquet` and the
+report's plots read these rows, so a trial that did not run is a row that says so, never an absent one, and one whose
+entry is damaged says `damaged`, with its file in `why` (orchestrator/record/ledger.py `damaged_files`)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
 from orchestrator.config.tables import TableOrder
+from orchestrator.record.ledger import DAMAGED
 from workloads.metrics import DIAGNOSTIC_METRICS
 from workloads.perturbations.text import TEXT_PERTURBATIONS
 from workloads.perturbations.video import VIDEO_PERTURBATIONS
@@ -47,7 +49,7 @@ def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                     "method_faithful": e.get("method_faithful"), "fallbacks": "; ".join(e.get("fallbacks") or []),
                     "notes": "; ".join(e.get("notes") or []), "error": e.get("error"),
                     "failed_batch": e.get("failed_batch"), "mlflow_runs": json.dumps(e.get("mlflow_runs") or {}),
-                    "recorded_at": e.get("recorded_at")})
+                    "recorded_at": e.get("recorded_at"), "why": None})
         rows.append(row)
     return rows
 
@@ -59,17 +61,23 @@ def protocol_columns(spec: dict[str, Any], ran: dict[str, Any] | None) -> dict[s
     return {"protocol_label": spec.get("protocol") or "reset_each_shift", "protocol_k": (ran or {}).get("k")}
 
 
-def planned_rows(specs: Iterable[TrialSpec], entries: list[dict[str, Any]], lists: bool = True) -> pd.DataFrame:
-    """One row per planned trial: its axes, `status` (ok / failed / missing) and what the ledger holds; with `lists`,
-    also its per-query lists and score file (what the report's plots read)."""
+def planned_rows(specs: Iterable[TrialSpec], entries: list[dict[str, Any]], lists: bool = True,
+                 damaged: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """One row per planned trial: its axes, `status` (ok / failed / damaged / missing) and what the ledger holds;
+    with `lists`, also its per-query lists and score file (what the report's plots read). `damaged`: trial key ->
+    its damaged entry's file and why (`TrialLedger.damaged_files`), for the trials without an entry: their status is
+    damaged and `why` says where the file is; the others are missing."""
     by_key = {e["key"]: e for e in entries}
+    damaged = damaged or {}
     rows = []
     for spec in specs:
         e = by_key.get(spec.key)
         if e is None:
             d = spec.to_dict()
-            row = {"key": spec.key, "status": "missing", **d, "row": d.get("variant") or d["method"],
-                   "backbone_label": spec.backbone_label, **protocol_columns(d, None)}
+            why = damaged.get(spec.key)
+            row = {"key": spec.key, "status": "missing" if why is None else DAMAGED, **d,
+                   "row": d.get("variant") or d["method"], "backbone_label": spec.backbone_label,
+                   "why": None if why is None else f"damaged ledger entry {why}", **protocol_columns(d, None)}
         else:
             row = trial_rows([e])[0]
             if lists:

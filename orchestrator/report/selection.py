@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.config.schema import SURROGATES
-from orchestrator.config.tables import Table, TableOrder, Value, combine, difference, records, with_interval
+from orchestrator.config.tables import Table, TableOrder, Value, broken, combine, difference, records, with_interval
 from orchestrator.report.rows import QS
 from workloads import paper
 from workloads.spec import CLEAN
@@ -116,10 +116,10 @@ def _protocol_value(groups: dict[tuple, list[dict[str, Any]]], keys: list[tuple]
         chosen = pick_cross(groups, key) if protocol == CROSS else pick(cands, protocol)
         if chosen is not None:
             picked.append(chosen)
-        complete += chosen is not None and all(c["status"] != "missing" for c in cands)
+        complete += chosen is not None and all(c["status"] not in ("missing", "damaged") for c in cands)
     if not picked:
-        failed = [c for k in keys for c in groups[k] if c["status"] == "failed"]
-        return Value(state="failed", key=failed[0]["key"]) if failed and protocol == DEFAULT else Value()
+        bad = broken([c for k in keys for c in groups[k]])
+        return bad if bad is not None and protocol == DEFAULT else Value()
     v = combine(picked, "R1")
     if complete < len(keys):
         v.state, v.of = "partial", f"{complete} of {len(keys)} cells with every configuration run"

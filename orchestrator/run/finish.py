@@ -52,7 +52,7 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
         if tracker is not None and report.parent_run_id:
             tracker.finish_parent(report.parent_run_id, {
                 "trials_ok": n_ok, "trials_failed": outputs.failed,
-                "trials_missing": len(plan.trials) - outputs.present,
+                "trials_missing": len(plan.trials) - outputs.present, "trials_damaged": outputs.damaged,
                 "ran_now_ok": counts["ok"], "ran_now_failed": counts["failed"],
                 "render_failed": summary.failed if summary is not None else 0},
                 report.tables, "FAILED" if disk_error is not None
@@ -70,8 +70,9 @@ def finish(plan: Plan, grid: GridSpec, ledger: TrialLedger, report: SubmitReport
     if disk_error is not None:
         raise disk_error
     report.seconds = time.time() - t_start
+    damaged = f", {outputs.damaged} damaged (resume runs them again)" if outputs.damaged else ""
     console.print(f"done in {report.seconds:.0f}s: {counts['ok']} trials ok, {counts['failed']} failed now; "
-                  f"{n_ok}/{len(plan.trials)} cells of the grid done")
+                  f"{n_ok}/{len(plan.trials)} cells of the grid done{damaged}")
     for f in report.tables:
         console.print(f"  {f}")
     return report
