@@ -895,7 +895,8 @@ def whole_call_section(results, repeats: int, why_not: str | None, command: str,
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--frames", type=int, default=64, help="frames in the source clip (default 64)")
+    ap.add_argument("--frames", type=int, default=64, help="frames in the source clip (default 64; 0 with "
+                    "--whole-call: the --long clip only)")
     ap.add_argument("--size", type=int, default=224, help="frame height = width (default 224)")
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (median)")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("render_results.md"))
@@ -927,7 +928,7 @@ def main(argv=None) -> int:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     except (AttributeError, OSError):
         pass
-    clips = [(args.frames, args.size, args.size)]
+    clips = [(args.frames, args.size, args.size)] if args.frames > 0 else []  # --frames 0: the long clip only
     if args.long != "none":
         clips.append(tuple(int(v) for v in args.long.lower().split("x")))
 
