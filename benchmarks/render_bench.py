@@ -586,13 +586,14 @@ def ours_alone(path: Path, name: str, sev: int, seed: int = 1):
     return render_many(video, req, clip_seed=seed, **assets)[0]
 
 
-def bench_against_authors(path: Path, repeats: int) -> dict[str, tuple[list[float], list[float] | None]]:
+def bench_against_authors(path: Path, repeats: int,
+                          names: list[str] | None = None) -> dict[str, tuple[list[float], list[float] | None]]:
     """{type: ([ours cpu s per severity], [authors' cpu s per severity] or None)}: each registered (type, severity)
     and the clean rendering called alone on the file, ours and the authors' path interleaved (so machine load hits
     both alike), median of `repeats`; None for the authors where there is nothing of theirs to run (style transfer,
-    clean)."""
+    clean). `names`: these types only (default every registered type and clean)."""
     out = {}
-    for name in [n for n in NAMES if n in _REGISTRY] + [CLEAN]:
+    for name in names or [n for n in NAMES if n in _REGISTRY] + [CLEAN]:
         theirs_too = name in AUTHORS_TYPES
         ours, theirs = [], []
         ours_alone(path, name, 1)  # warm-up (lazy imports, per-process kernel caches)
