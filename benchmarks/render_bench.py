@@ -4,6 +4,8 @@
     python benchmarks/render_bench.py --repeats 3 --authors-repeats 2      # what benchmarks/RESULTS.md records
     python benchmarks/render_bench.py --frames 16 --size 64 --long 40x48x64 --repeats 1 --authors-repeats 1 --no-save
     python benchmarks/render_bench.py --repeats 3 --authors-repeats 2 --cost-rows rows.py   # also the cost rows
+    python benchmarks/render_bench.py --whole-call --authors-code DIR [--authors-path LIB]  # (d) alone
+    python benchmarks/render_bench.py --smoke      # (d) on a 16-frame 48x48 clip, 1 repeat (tests/test_benchmarks_smoke.py)
 
 (a) seconds per 12-frame clip for the five frame-level types (gaussian, impulse, fog, snow, elastic), each severity,
     next to an ImageNet-C-style per-frame reference written below (independent noise/fields per frame, per-frame
@@ -20,6 +22,13 @@
     (its children too).
     The "ours alone" figures are also the render cost model's per-type points (orchestrator/planning/cost_model.py
     RENDER_POINTS): printed as rows to copy there, with their source, and written to `--cost-rows FILE`.
+(d) `--whole-call`: whole calls as a user meets them, per (type, severity): ours = the render stage's `render_video`
+    (and, beside it, the library API path: `read_video` of every frame + `render_many` + resize), theirs = their own
+    do_video_perturbation.py imported from a checkout of their repository (DIR, never part of this project; LIB: a
+    folder with Wand and scikit-image for it, e.g. `pip install --target LIB Wand scikit-image`, plus ImageMagick and
+    the ffmpeg CLI from the system's packages): one pass of their script's loop body, decode, perturbation,
+    clip_test transform and torch.save included. Ratios theirs / ours per type and for all 55 renderings together.
+    Without DIR, ours only. See the comment above `load_authors`.
 The source clip is generated here (textured panning background + moving objects, `--frames` x size x size),
 written to an H.264 mp4 with workloads.video_io.write_mp4 and decoded back with read_video, like a dataset video.
 Every (type, severity) registered is measured; types missing from the registry are listed.
