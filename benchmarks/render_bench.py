@@ -5,7 +5,7 @@
     python benchmarks/render_bench.py --frames 16 --size 64 --long 40x48x64 --repeats 1 --authors-repeats 1 --no-save
     python benchmarks/render_bench.py --repeats 3 --authors-repeats 2 --cost-rows rows.py   # also the cost rows
     python benchmarks/render_bench.py --whole-call --authors-code DIR [--authors-path LIB]  # (d) alone
-    python benchmarks/render_bench.py --smoke      # (d) on a 16-frame 48x48 clip, 1 repeat (tests/test_benchmarks_smoke.py)
+    python benchmarks/render_bench.py --smoke      # (d), 16 frames 48x48, 1 repeat: tests/test_benchmarks_smoke.py
 
 (a) seconds per 12-frame clip for the five frame-level types (gaussian, impulse, fog, snow, elastic), each severity,
     next to an ImageNet-C-style per-frame reference written below (independent noise/fields per frame, per-frame
