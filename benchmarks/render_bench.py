@@ -4,6 +4,8 @@
     python benchmarks/render_bench.py --repeats 3 --authors-repeats 2      # what benchmarks/RESULTS.md records
     python benchmarks/render_bench.py --frames 16 --size 64 --long 40x48x64 --repeats 1 --authors-repeats 1 --no-save
     python benchmarks/render_bench.py --repeats 3 --authors-repeats 2 --cost-rows rows.py   # also the cost rows
+    python benchmarks/render_bench.py --whole-call --authors-code DIR [--authors-path LIB]  # (d) alone
+    python benchmarks/render_bench.py --smoke      # (d), 16 frames 48x48, 1 repeat: tests/test_benchmarks_smoke.py
 
 (a) seconds per 12-frame clip for the five frame-level types (gaussian, impulse, fog, snow, elastic), each severity,
     next to an ImageNet-C-style per-frame reference written below (independent noise/fields per frame, per-frame
@@ -20,6 +22,13 @@
     (its children too).
     The "ours alone" figures are also the render cost model's per-type points (orchestrator/planning/cost_model.py
     RENDER_POINTS): printed as rows to copy there, with their source, and written to `--cost-rows FILE`.
+(d) `--whole-call`: whole calls as a user meets them, per (type, severity): ours = the render stage's `render_video`
+    (and, beside it, the library API path: `read_video` of every frame + `render_many` + resize), theirs = their own
+    do_video_perturbation.py imported from a checkout of their repository (DIR, never part of this project; LIB: a
+    folder with Wand and scikit-image for it, e.g. `pip install --target LIB Wand scikit-image`, plus ImageMagick and
+    the ffmpeg CLI from the system's packages): one pass of their script's loop body, decode, perturbation,
+    clip_test transform and torch.save included. Ratios theirs / ours per type and for all 55 renderings together.
+    Without DIR, ours only. See the comment above `load_authors`.
 The source clip is generated here (textured panning background + moving objects, `--frames` x size x size),
 written to an H.264 mp4 with workloads.video_io.write_mp4 and decoded back with read_video, like a dataset video.
 Every (type, severity) registered is measured; types missing from the registry are listed.
@@ -37,12 +46,14 @@ import argparse
 import math
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
@@ -63,7 +74,7 @@ import provenance  # noqa: E402  (benchmarks/provenance.py, this script's folder
 from workloads.perturbations.video import NAMES, read_for, render, render_many  # noqa: E402
 from workloads.perturbations.video._registry import VIDEO_PERTURBATIONS as _REGISTRY, ClipContext, get  # noqa: E402
 from workloads.spec import CLEAN  # noqa: E402
-from workloads.video_io import read_video, uniform_indices, video_fps, write_mp4  # noqa: E402
+from workloads.video_io import read_video, resize_center_crop, uniform_indices, video_fps, write_mp4  # noqa: E402
 
 FRAME_LEVEL = ("gaussian_noise", "impulse_noise", "fog", "snow", "elastic_distortion")
 LEAD_REFERENCE_S = {"gaussian_noise": 0.044, "impulse_noise": 0.022, "fog": 0.025, "snow": 0.081,
@@ -584,13 +595,14 @@ def ours_alone(path: Path, name: str, sev: int, seed: int = 1):
     return render_many(video, req, clip_seed=seed, **assets)[0]
 
 
-def bench_against_authors(path: Path, repeats: int) -> dict[str, tuple[list[float], list[float] | None]]:
+def bench_against_authors(path: Path, repeats: int,
+                          names: list[str] | None = None) -> dict[str, tuple[list[float], list[float] | None]]:
     """{type: ([ours cpu s per severity], [authors' cpu s per severity] or None)}: each registered (type, severity)
     and the clean rendering called alone on the file, ours and the authors' path interleaved (so machine load hits
     both alike), median of `repeats`; None for the authors where there is nothing of theirs to run (style transfer,
-    clean)."""
+    clean). `names`: these types only (default every registered type and clean)."""
     out = {}
-    for name in [n for n in NAMES if n in _REGISTRY] + [CLEAN]:
+    for name in names or [n for n in NAMES if n in _REGISTRY] + [CLEAN]:
         theirs_too = name in AUTHORS_TYPES
         ours, theirs = [], []
         ours_alone(path, name, 1)  # warm-up (lazy imports, per-process kernel caches)
@@ -674,9 +686,227 @@ def authors_section(results, repeats: int) -> list[str]:
     return lines
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# (d) Whole calls as a user meets them. Theirs: the body of their script's loop over videos
+# (do_video_perturbation.py NoisyVideoPreprocessor.preprocess_test_split) for one (type, severity) of one video,
+# with their own code imported from a checkout of their public repository (`--authors-code DIR`, never part of this
+# project): their decode, their perturbation, their clip_test transform (resize, crop, CLIP normalisation) and
+# torch.save of the float32 clip. Ours: the render stage's call, workloads/render_cache.py render_video (decode what
+# the type reads, render, resize and crop, write the cache entry). Their constructor loads what we cannot give it
+# here (a CLIP from a model hub and a pool of distractor videos for event insertion, AdaIN weights, the main-object
+# JSON), so the preprocessor is built without it and given: boxes of the middle third for occlusion (ours runs
+# without boxes, its no-asset locator), and for event insertion a retrieval stand-in that costs nothing and picks the
+# clip itself (the CLIP text forward is excluded, as in (c)). Style transfer has no weights on either side: not
+# compared. Clean is no perturbation.
+AUTHORS_NAMES = {"gaussian_noise": "gaussian", "impulse_noise": "impulse"}  # their noise_types spelling
+_AUTHORS_FROM_PATH = ("h264_compression", "video_defocus", "motion_blur", "event_insertion", "temporal_scrambling")
+
+
+def load_authors(code: Path | None, extra_paths: list[Path]):
+    """(their module, None) or (None, why not): their do_video_perturbation imported from the checkout `code`, with
+    `extra_paths` appended to sys.path (where Wand and scikit-image were installed for them)."""
+    if code is None:
+        return None, "no --authors-code checkout given"
+    if not (code / "do_video_perturbation.py").is_file():
+        return None, f"{code} has no do_video_perturbation.py (a checkout of the authors' repository expected)"
+    if shutil.which("ffmpeg") is None:
+        return None, "their H.264 needs the ffmpeg CLI, which is not installed (apt-get install ffmpeg)"
+    sys.path.insert(0, str(code))
+    sys.path.extend(str(p) for p in extra_paths)
+    try:
+        import do_video_perturbation as authors
+    except Exception as err:  # e.g. Wand without ImageMagick, scikit-image missing
+        return None, f"their module does not import here: {type(err).__name__}: {err}"
+    authors.np = _NumpyForThem()
+    return authors, None
+
+
+class _NumpyForThem:
+    """numpy as their module sees it: their snow reads ImageMagick's PNG blob with np.fromstring(bytes, uint8),
+    whose binary mode numpy 2 removed; np.frombuffer gives the same array (a read-only view instead of a copy,
+    which cv2.imdecode only reads)."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def fromstring(string, dtype=float, count=-1, sep=""):
+        if sep == "":
+            return np.frombuffer(string, dtype=dtype, count=count)
+        return np.fromstring(string, dtype=dtype, count=count, sep=sep)
+
+
+class _NoTokens:
+    def to(self, device):
+        return self
+
+
+def authors_preprocessor(authors, path: Path, video_id: str, distractor: Path):
+    """Their NoisyVideoPreprocessor for one clip, built without its constructor (see the comment above (d))."""
+    pre = object.__new__(authors.NoisyVideoPreprocessor)
+    pre.noise_args = SimpleNamespace(num_frames=12, video_sample_type="uniform", input_res=224, model_device="cpu")
+    pre.img_transforms = authors.init_transform_dict(224)
+    cap = cv2.VideoCapture(str(path))
+    n, w, h = (int(cap.get(p)) for p in (cv2.CAP_PROP_FRAME_COUNT, cv2.CAP_PROP_FRAME_WIDTH,
+                                         cv2.CAP_PROP_FRAME_HEIGHT))
+    cap.release()
+    box = [{"box": [w // 3, h // 3, 2 * w // 3, 2 * h // 3]}]
+    pre.main_objects_data = {video_id: {"ranked_objects_per_frame": {str(i): box for i in range(n)},
+                                        "video_caption": "a clip"}}
+    pre.retrieval_tokenizer = lambda *a, **k: _NoTokens()
+    pre.retrieval_model = lambda data, return_text_only=True: torch.zeros(1, 8)
+    pre._base_video_embeddings = np.zeros((1, 8), np.float32)
+    pre.base_video = [str(distractor)]
+    return pre
+
+
+def authors_whole_call(pre, authors, path: Path, name: str, sev: int, video_id: str, out_dir: Path) -> None:
+    """One pass of their preprocess_test_split loop body for (name, sev) on one video (save_format 'pt')."""
+    noise_type = AUTHORS_NAMES.get(name, name)
+    if name not in _AUTHORS_FROM_PATH:
+        imgs, idx = authors.VideoCapture.load_frames_from_video(str(path), 12, "uniform")
+        noisy = pre.apply_noise(imgs, noise_type, sev, video_id, idx)
+    else:
+        noisy = pre.apply_noise_from_video_path(str(path), noise_type, sev, video_id)
+    torch.save({"video": pre.img_transforms["clip_test"](noisy), "video_id": video_id},
+               out_dir / f"{noise_type}_{sev}.pt")
+
+
+def ours_whole_call(path: Path, keys: list, cache) -> None:
+    """The render stage's call for one video's keys (orchestrator/stages/render.py render_requests)."""
+    from workloads.render_cache import render_video
+
+    status = render_video(str(path), keys, cache, {})
+    bad = [s for s in status if s["status"] != "ok"]
+    if bad:
+        raise RuntimeError(f"render_video failed: {bad[0]['error']}")
+
+
+def ours_api_call(path: Path, name: str, sev: int) -> None:
+    """Ours through the library's documented API (workloads/perturbations/video/__init__.py): every frame decoded
+    with read_video, then render and the same resize and crop; what a script calling `apply(name,
+    read_video(path), severity)` meets (no sparse decode, no cache write)."""
+    video = read_video(path)
+    if name == CLEAN:
+        frames = video[uniform_indices(len(video), 12)]
+    else:
+        frames = render_many(video, [(name, sev, 0)], clip_seed=0, fps=video_fps(path))[0].frames
+    resize_center_crop(frames, 224)
+
+
+def bench_whole_call(path: Path, repeats: int, authors, work: Path, names: list[str]) -> dict:
+    """{name: {"ours": [cpu s per severity], "theirs": [...] or None, "ours_row": cpu s of one render_video with
+    the type's 5 keys}} and "_all": (ours cpu s of one render_video with every compared key, their keys' sum):
+    medians of `repeats`, ours and theirs interleaved (ours, theirs, ours, theirs, ...) per (type, severity)."""
+    from workloads.render_cache import RenderCache, RenderKey
+
+    cache = RenderCache(work / "cache")
+    out_dir = work / "authors_out"
+    out_dir.mkdir(exist_ok=True)
+    video_id = "clip"
+    pre = authors_preprocessor(authors, path, video_id, path) if authors is not None else None
+
+    def key(name, sev):
+        return RenderKey("bench", "v1", video_id, name, sev, 0, 12, 224)
+
+    results: dict = {}
+    for name in names:
+        theirs_too = pre is not None and name in AUTHORS_TYPES
+        sevs = (1,) if name == CLEAN else tuple(range(1, 6))
+        ours_whole_call(path, [key(name, 1)], cache)  # warm-up (lazy imports, kernel caches) on both sides
+        if theirs_too:
+            authors_whole_call(pre, authors, path, name, 1, video_id, out_dir)
+        ours, theirs, api = [], [], []
+        for sev in sevs:
+            o, t, a = [], [], []
+            for _ in range(repeats):
+                c0 = _cpu()
+                ours_whole_call(path, [key(name, sev)], cache)
+                c1 = _cpu()
+                if theirs_too:
+                    authors_whole_call(pre, authors, path, name, sev, video_id, out_dir)
+                c2 = _cpu()
+                ours_api_call(path, name, sev)
+                c3 = _cpu()
+                o.append(c1 - c0)
+                t.append(c2 - c1)
+                a.append(c3 - c2)
+            ours.append(statistics.median(o))
+            theirs.append(statistics.median(t))
+            api.append(statistics.median(a))
+        row = []
+        for _ in range(repeats):
+            c0 = _cpu()
+            ours_whole_call(path, [key(name, s) for s in sevs], cache)
+            row.append(_cpu() - c0)
+        results[name] = {"ours": ours, "theirs": theirs if theirs_too else None, "ours_row": statistics.median(row),
+                         "api": api}
+        print(f"  whole call {path.name} {name}: ours {sum(ours):.3f} s"
+              + (f", theirs {sum(theirs):.3f} s" if theirs_too else "")
+              + f", ours as one row {statistics.median(row):.3f} s",
+              file=sys.stderr, flush=True)
+    compared = [n for n in names if results[n]["theirs"] is not None]
+    all_keys = [key(n, s) for n in compared for s in range(1, 6)] or [key(n, s) for n in names if n != CLEAN
+                                                                      for s in range(1, 6)]
+    together = []
+    for _ in range(repeats):
+        c0 = _cpu()
+        ours_whole_call(path, all_keys, cache)
+        together.append(_cpu() - c0)
+    results["_all"] = (statistics.median(together), sum(sum(results[n]["theirs"]) for n in compared), len(all_keys))
+    return results
+
+
+def whole_call_section(results, repeats: int, why_not: str | None, command: str, commit: str) -> list[str]:
+    lines = ["### (d) Whole calls, as a user meets them, one core", "",
+             f"Command: `{command}`; commit {commit}.", "",
+             "Ours = the render stage's call (`render_video`: decode what the type reads, render, resize and crop to "
+             "224, write the cache entry). Theirs = their own code (do_video_perturbation.py, imported from a "
+             "checkout of their repository): one pass of their script's loop body (`preprocess_test_split`: their "
+             "decode, perturbation, clip_test transform and torch.save of the float32 clip), the ffmpeg CLI's CPU "
+             "included. CPU seconds per call, mean over severities 1-5 of the median of "
+             f"{repeats} runs, ours and theirs interleaved. Ratio = theirs / ours. 'one call per type' = ours "
+             "rendering the type's 5 severities in one `render_video` (as the render stage does for a video's "
+             "row) against their 5 calls. Occlusion: theirs with boxes (middle third), ours without (its no-asset "
+             "locator); event insertion: the CLIP text retrieval excluded on their side, no distractor asset on "
+             "ours; style transfer (no weights on either side) and clean: ours only. 'through the API' = ours as a "
+             "script calling the library meets it: `read_video` (every frame) + `render_many` + the resize and crop, "
+             "no sparse decode and no cache write."]
+    if why_not:
+        lines += ["", f"Theirs not run: {why_not}."]
+    for (n_frames, height, width), res in results:
+        lines += ["", f"**{n_frames} frames {height}x{width}**", "",
+                  "| type | ours, cpu s | theirs, cpu s | ratio | goal >= 1x | ours, 5 severities in one call | "
+                  "ratio, one call per type | ours through the API (whole decode), cpu s | ratio | "
+                  "per severity ours / theirs (s) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for name, r in res.items():
+            if name == "_all":
+                continue
+            o, a = statistics.mean(r["ours"]), statistics.mean(r["api"])
+            if r["theirs"] is None:
+                lines.append(f"| {name} | {o:.3f} | - | - | - | {r['ours_row']:.3f} | - | {a:.3f} | - | "
+                             + ", ".join(f"{a:.3f}" for a in r["ours"]) + " |")
+                continue
+            t = statistics.mean(r["theirs"])
+            sev = ", ".join(f"{a:.3f}/{b:.3f}" for a, b in zip(r["ours"], r["theirs"]))
+            lines.append(f"| {name} | {o:.3f} | {t:.3f} | **{t / o:.2f}x** | {'met' if t >= o else 'MISSED'} | "
+                         f"{r['ours_row']:.3f} | {sum(r['theirs']) / r['ours_row']:.2f}x | {a:.3f} | {t / a:.2f}x | "
+                         f"{sev} |")
+        ours_all, theirs_all, n_keys = res["_all"]
+        if theirs_all:
+            goal = f" (goal >= 6x {'met' if theirs_all >= 6 * ours_all else 'MISSED'})" if n_frames >= 300 else ""
+            lines += ["", f"All {n_keys} compared renderings: ours in one `render_video` **{ours_all:.2f} s cpu** "
+                      f"against their {n_keys} calls **{theirs_all:.2f} s**: **{theirs_all / ours_all:.1f}x**{goal}."]
+        else:
+            lines += ["", f"All {n_keys} renderings: ours in one `render_video` {ours_all:.2f} s cpu."]
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--frames", type=int, default=64, help="frames in the source clip (default 64)")
+    ap.add_argument("--frames", type=int, default=64, help="frames in the source clip (default 64; 0 with "
+                    "--whole-call: the --long clip only)")
     ap.add_argument("--size", type=int, default=224, help="frame height = width (default 224)")
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (median)")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("render_results.md"))
@@ -688,17 +918,34 @@ def main(argv=None) -> int:
     ap.add_argument("--cost-rows", type=Path, default=None, metavar="FILE",
                     help="also write (c)'s per-type CPU s per rendering at each clip size, as rows to copy into "
                          "orchestrator/planning/cost_model.py RENDER_POINTS with their source")
+    ap.add_argument("--whole-call", action="store_true",
+                    help="only (d): whole calls as a user meets them, ours (render_video) against their own code "
+                         "(--authors-code), per (type, severity), on the --frames clip and the --long one")
+    ap.add_argument("--authors-code", type=Path, default=None, metavar="DIR",
+                    help="for (d): a checkout of the authors' repository (github bingqingzhang/vtr_tta), outside "
+                         "this project; without it (d) measures ours only")
+    ap.add_argument("--authors-path", type=Path, action="append", default=[], metavar="DIR",
+                    help="for (d): a folder appended to sys.path for their dependencies (Wand, scikit-image, e.g. "
+                         "installed with pip install --target DIR); repeatable")
+    ap.add_argument("--types", default=None, help="for (d): comma-separated types (default: every registered type "
+                    "and clean)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="(d) on a tiny clip (16 frames 48x48), 1 repeat, no long clip, nothing saved: seconds")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.whole_call, args.frames, args.size, args.long, args.repeats, args.no_save = True, 16, 48, "none", 1, True
     try:  # one core for this process and its children (the authors' ffmpeg CLI picks its threads from it)
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     except (AttributeError, OSError):
         pass
-    clips = [(args.frames, args.size, args.size)]
+    clips = [(args.frames, args.size, args.size)] if args.frames > 0 else []  # --frames 0: the long clip only
     if args.long != "none":
         clips.append(tuple(int(v) for v in args.long.lower().split("x")))
 
     command = "python benchmarks/render_bench.py " + " ".join(sys.argv[1:] if argv is None else argv)
     commit = provenance.commit(mark_uncommitted=True)   # read before the run: the tree may change while it measures
+    if args.whole_call:
+        return main_whole_call(args, clips, command.strip(), commit)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "clip.mp4"
         write_mp4(path, make_clip(args.frames, args.size), fps=30.0, crf=18)
@@ -776,6 +1023,36 @@ def main(argv=None) -> int:
     if not args.no_save:
         args.out.write_text("# Render benchmark\n\n" + text)
         print(f"saved to {args.out}")
+    return 0
+
+
+def main_whole_call(args, clips, command: str, commit: str) -> int:
+    """(d) alone: printed, and saved as the (d) section of `--out` (replacing an earlier one)."""
+    authors, why_not = load_authors(args.authors_code, args.authors_path)
+    names = [n for n in NAMES if n in _REGISTRY] + [CLEAN]
+    if args.types:
+        names = [n.strip() for n in args.types.split(",") if n.strip()]
+        unknown = [n for n in names if n not in _REGISTRY and n != CLEAN]
+        if unknown:
+            raise SystemExit(f"--types: unknown {', '.join(unknown)}; registered: {', '.join(NAMES)}")
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n_frames, height, width in clips:
+            p = Path(tmp) / f"clip{n_frames}x{height}x{width}.mp4"
+            write_mp4(p, make_clip(n_frames, height, width=width), fps=30.0, crf=18)
+            work = Path(tmp) / f"work{n_frames}x{height}x{width}"
+            work.mkdir()
+            results.append(((n_frames, height, width), bench_whole_call(p, args.repeats, authors, work, names)))
+    lines = [f"Machine: {platform.machine()} {provenance.cpu_model()}, {os.cpu_count()} logical CPUs shared with "
+             "other jobs, one core (this process and its children pinned), one thread everywhere.", "",
+             *whole_call_section(results, args.repeats, why_not, command, commit)]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.no_save:
+        old = args.out.read_text() if args.out.is_file() else "# Render benchmark\n"
+        head = old.split("### (d) Whole calls")[0].rstrip("\n")
+        args.out.write_text(head + "\n\n" + text)
+        print(f"saved to {args.out} (section (d))")
     return 0
 
 

@@ -284,6 +284,20 @@ def test_frame_filter_matches_cv2_filter2d(shape):
     assert paths == {"cv2", "banded"}  # lines of 13 px and more: banded; small kernels and disks: cv2 itself
 
 
+def test_disk_filter_is_cv2_filter2d_to_the_bit():
+    """Defocus's disks summed by strips of box filters (_blur.disk_filter) give cv2.filter2D's bytes with the
+    reference's disk kernel, on frames smaller than the disk too (reflect-101 borders of any depth)."""
+    rng = np.random.default_rng(5)
+    for shape in [(5, 7), (9, 40), (48, 64), (61, 83)]:
+        frames = np.stack([cv2.GaussianBlur(f, (3, 3), 1) for f in
+                           rng.integers(0, 256, size=(2, *shape, 3), dtype=np.uint8)])
+        filt = _blur.FrameFilter(frames)
+        for r in range(0, 23):
+            ref = np.stack([cv2.filter2D(f, -1, _blur.disk_kernel(r)) for f in frames])
+            assert np.array_equal(filt.disk(r, key=r), ref), (shape, r)
+            assert filt.paths[r] == ("strips" if r >= _blur.DISK_STRIPS_FROM else "cv2")
+
+
 @pytest.mark.parametrize("name", ["motion_blur", "video_defocus"])
 def test_blurs_match_reference_per_frame(name, video):
     """Farneback flow between ORIGINAL frames k-1 and k, 75th-percentile mask, global angle, cv2.filter2D."""

@@ -4,15 +4,23 @@
 kernel centre, result rounded and saturated to uint8) for a batch of frames, choosing per kernel the cheaper of:
 
 - "cv2": cv2.filter2D itself, frame by frame, byte-identical to the reference's call: every kernel under
-  `DFT_MIN_AREA` taps, and every dense kernel (the disks of defocus: OpenCV 5.0's own correlation measured
-  1.05-2.0x faster than the shared-spectrum FFT this module used before at 240x320, 1.6-3.5x at 720p, 1.25x slower
-  only for the 41 px disk at 224 px; and it is exact);
+  `DFT_MIN_AREA` taps, and every other dense kernel (OpenCV 5.0's own correlation measured 1.05-2.0x faster than
+  the shared-spectrum FFT this module used before at 240x320; and it is exact; the disks of defocus have their own
+  path, `disk` below);
 - "banded": sparse kernels at or above that area (the rotated line kernels of motion blur, at most `SPARSE` of their
   taps non-zero), for which OpenCV's DFT path does the work of a dense kernel. We crop the kernel to its non-zero
   support, split it into bands of rows each below OpenCV's DFT threshold (so OpenCV's direct path runs), correlate
   them with a reflect-101-padded float32 copy of the frames and sum the bands in float32: the same exact sum, which
   can differ from cv2's by one grey level at the rare pixels whose value sits on a rounding boundary (tests bound
   this against cv2.filter2D; 24 of 2.8 million values on a 12-frame 240x320 clip).
+`FrameFilter.disk` reproduces `cv2.filter2D(frame, -1, disk_kernel(r))` for the disks of defocus, bit for bit in
+every case measured, without a dense filter: from r = 6 on (the sizes where cv2.filter2D takes its DFT path) it sums
+the disk as horizontal strips of equal half-width, each an unnormalised box filter of the uint8 frame (OpenCV's
+running sums; exact integers), and rounds the integer sum S to S/N with N the disk's tap count. That is cv2's
+result because `disk_kernel` is 1/N on the disk (its Gaussian smoothing, sigma 0.1, leaves weights of exp(-50) ~ 2e-22
+outside it, below a float32 ulp of any sum), and N is odd (2r+1 rows of odd width) so S/N is never within 1/(2N) of a
+rounding tie, farther than cv2's own float error. Measured 1.6-3x faster than cv2.filter2D per disk at 240x320
+(docs/notes/2026-12-02-render-speed.md); tests compare it with cv2.filter2D.
 Filtered results can be memoised per kernel (`key=`), because severities share kernels (e.g. the 13 px line is the
 short kernel of severity 5 and the long one of severity 2). What a FrameFilter keeps (the padded float32 frames,
 memoised results) is bounded by `cache_bytes` (first come, first kept): at 224-320 px everything fits, at 720p the
@@ -69,6 +77,53 @@ def disk_kernel(radius: int, alias_blur: float = 0.1) -> np.ndarray:
     k /= k.sum()
     ksize = (3, 3) if radius <= 8 else (5, 5)
     return cv2.GaussianBlur(k, ksize, sigmaX=alias_blur)
+
+
+def disk_strips(radius: int) -> list[tuple[int, int, int]]:
+    """The disk x^2 + y^2 <= r^2 of `disk_kernel` as horizontal strips of equal half-width, top to bottom:
+    [(first row dy, last row dy, half-width h)], row dy covering dx in [-h, h] (h = isqrt(r^2 - dy^2))."""
+    half = [math.isqrt(radius * radius - dy * dy) for dy in range(-radius, radius + 1)]
+    strips: list[tuple[int, int, int]] = []
+    for dy, h in zip(range(-radius, radius + 1), half):
+        if strips and strips[-1][2] == h:
+            strips[-1] = (strips[-1][0], dy, h)
+        else:
+            strips.append((dy, dy, h))
+    return strips
+
+
+# from this radius on the disk's strips beat cv2.filter2D (its DFT path starts at (2r+1)^2 >= DFT_MIN_AREA)
+DISK_STRIPS_FROM = 6
+_U16_TAPS = 65535 // 255  # a strip of up to this many taps sums uint8 exactly in uint16
+
+
+def disk_filter(frame: np.ndarray, radius: int, out: np.ndarray | None = None) -> np.ndarray:
+    """cv2.filter2D(frame, -1, disk_kernel(radius)) for one uint8 frame [H, W, C] (module docstring): the integer
+    sum over the disk by strips of box filters on the reflect-101 padded frame, rounded as S / N."""
+    r = int(radius)
+    h, w = frame.shape[:2]
+    if out is None:
+        out = np.empty_like(frame)
+    if r <= 0:
+        out[...] = frame
+        return out
+    padded = cv2.copyMakeBorder(frame, r, r, r, r, cv2.BORDER_REFLECT_101)
+    acc = None
+    taps = 0
+    for top, bottom, half in disk_strips(r):
+        kh, kw = bottom - top + 1, 2 * half + 1
+        taps += kh * kw
+        # the strip's window for output (y, x) starts at padded (y + r + top, x + r - half): anchor (0, 0) on that view
+        view = padded[r + top:r + top + h + kh - 1, r - half:r - half + w + kw - 1]
+        depth = cv2.CV_16U if kh * kw <= _U16_TAPS else cv2.CV_32F
+        s = cv2.boxFilter(view, depth, (kw, kh), anchor=(0, 0), normalize=False,
+                          borderType=cv2.BORDER_REFLECT_101)[:h, :w]
+        if acc is None:
+            acc = s.astype(np.float32)  # integer sums < 2^24: exact in float32
+        else:
+            cv2.add(acc, s, dst=acc, dtype=cv2.CV_32F)
+    cv2.convertScaleAbs(acc, dst=out, alpha=1.0 / taps)  # round(S / N), N odd: never a tie
+    return out
 
 
 def _bands(kernel: np.ndarray) -> list[tuple[np.ndarray, int, int]]:
@@ -129,6 +184,27 @@ class FrameFilter:
             f = self.frames.astype(np.float32)
             self._padded[pad] = np.pad(f, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="reflect")  # reflect-101
         return self._padded[pad][i]
+
+    def disk(self, radius: int, key: Any = None) -> np.ndarray:
+        """uint8 [T, H, W, C] = cv2.filter2D(frame, -1, disk_kernel(radius)) for every frame: cv2.filter2D itself
+        below DISK_STRIPS_FROM, the strips of `disk_filter` from there on (path "strips"). Memoised under `key` as
+        `apply` does."""
+        if key is not None and key in self._results:
+            return self._results[key]
+        out = np.empty_like(self.frames)
+        if radius < DISK_STRIPS_FROM:
+            path, kernel = "cv2", disk_kernel(radius)
+            for i in range(len(self.frames)):
+                cv2.filter2D(self.frames[i], -1, kernel, dst=out[i])
+        else:
+            path = "strips"
+            for i in range(len(self.frames)):
+                disk_filter(self.frames[i], radius, out=out[i])
+        if key is not None:
+            self.paths[key] = path
+            if self._keep(out.nbytes):
+                self._results[key] = out
+        return out
 
     def apply(self, kernels: np.ndarray | Sequence[np.ndarray], key: Any = None) -> np.ndarray:
         """`kernels`: one 2-D kernel for every frame, or a sequence with one kernel per frame (all the same odd

@@ -33,7 +33,10 @@ def _motion(ctx: ClipContext, k: int) -> tuple[np.ndarray, float]:
         flow = np.zeros((h, w, 2), np.float32)
     else:
         flow = cv2.calcOpticalFlowFarneback(_gray(ctx, k - 1), _gray(ctx, k), None, **FARNEBACK)
-    mag = np.linalg.norm(flow, axis=-1)
+    fx, fy = flow[..., 0], flow[..., 1]
+    # np.linalg.norm(flow, axis=-1) to the bit (the same float32 products, one addition, sqrt) at a third of
+    # its cost: its reduction over a last axis of 2 is slow
+    mag = np.sqrt(fx * fx + fy * fy)
     thr = np.percentile(mag, 75)
     mean = flow.reshape(-1, 2).mean(axis=0)  # float32, as the reference
     angle = math.degrees(math.atan2(float(mean[1]), float(mean[0] + np.float32(1e-8))))

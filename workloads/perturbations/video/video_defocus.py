@@ -2,13 +2,13 @@
 
 Same flow machinery as motion_blur (shared per clip): a disk kernel of radius r = [3,4,6,8,10] (normalised, then
 Gaussian-smoothed with sigma 0.1) blurs the frame, and a disk of radius 2r replaces it where the flow magnitude is
->= its 75th percentile. Frame 0 has zero flow, so the large disk is used everywhere.
+>= its 75th percentile. Frame 0 has zero flow, so the large disk is used everywhere. The disks are filtered by
+_blur.FrameFilter.disk: cv2.filter2D's result, summed by strips of box filters from radius 6 on.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from workloads.perturbations.video._blur import disk_kernel
 from workloads.perturbations.video._flow import frame_filter, motion_stats
 from workloads.perturbations.video._registry import ClipContext, flow_frames, register
 
@@ -23,8 +23,8 @@ def video_defocus(ctx: ClipContext, severity: int, rng: np.random.Generator):
     masks, _ = motion_stats(ctx)
     filt = frame_filter(ctx)
     # keyed by radius: radii recur across severities (6 and 8 px)
-    small = filt.apply(disk_kernel(radius), key=("video_defocus.disk", radius))
-    large = filt.apply(disk_kernel(2 * radius), key=("video_defocus.disk", 2 * radius))
+    small = filt.disk(radius, key=("video_defocus.disk", radius))
+    large = filt.disk(2 * radius, key=("video_defocus.disk", 2 * radius))
     frames = np.where(masks[..., None], large, small)
     meta = {
         "faithful": True,
