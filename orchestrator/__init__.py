@@ -23,7 +23,6 @@ def submit(grid: str, **options: Any):
     """
     from orchestrator.config.shipped import resolve_grid
     from orchestrator.run.options import SubmitOptions
-    from orchestrator.run.submit import submit as submit_grid   # Ray Tune: only when a grid is submitted
 
     console = options.pop("console", None)
     known = {f.name for f in fields(SubmitOptions)}
@@ -32,4 +31,5 @@ def submit(grid: str, **options: Any):
         raise TypeError(f"orchestrator.submit: unknown option(s) {', '.join(unknown)}; the options are "
                         f"{', '.join(sorted(known | {'console'}))}")
     opts = SubmitOptions(**options)
+    from orchestrator.run.submit import submit as submit_grid   # Ray Tune (seconds): once the options are good
     return submit_grid(resolve_grid(grid, opts.results_dir), opts, console)
