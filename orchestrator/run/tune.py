@@ -28,7 +28,7 @@ whose producers are running keeps its actors, saving a new wave's start.
 
 Which cell each trial works on, in the Ray dashboard: Tune runs every trial as a `train` call of a reused actor, so
 neither the actor nor that call can carry the cell (an actor's repr is read once, when it is created:
-docs/results.md, "Ray dashboard"). Each trial therefore also holds a task named by its cell (`trial <MLflow run
+docs/results.md, step 4). Each trial therefore also holds a task named by its cell (`trial <MLflow run
 name>`) on one zero-CPU `TrialsRunning` actor for as long as it runs: the dashboard's task list shows it RUNNING, then
 FINISHED (tests/test_report_dashboard.py reads it through the dashboard's REST API).
 

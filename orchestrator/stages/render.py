@@ -18,7 +18,7 @@ on the clips that exist, as before), so the trials of the first sets run while l
 Groups whose assets need a checkpoint (event insertion's distractors) are added with `add` once it exists.
 
 Each Ray Data dataset is named by the render sets it renders (`dataset_name`: "render synthetic fog 1,5; ..."), the
-name the Ray dashboard's Ray Data view lists it by, with its progress (docs/results.md, "Ray dashboard").
+name the Ray dashboard's Ray Data view lists it by, with its progress (docs/results.md, step 4).
 """
 from __future__ import annotations
 
