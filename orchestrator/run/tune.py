@@ -105,6 +105,7 @@ class TrialsRunning:
         event = self._waiting[key] = asyncio.Event()
         await event.wait()
 
+    @ray.method(enable_task_events=False)   # not a row of the dashboard's task list: only `running` is
     async def finished(self, key: str) -> None:
         if not self._release(key):
             self._early.add(key)
@@ -484,5 +485,6 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
         for log in state_logs:
             log.removeFilter(one_line)
         if running is not None:
-            ray.kill(running)
+            with contextlib.suppress(Exception):   # Ray already gone (a lost head): nothing to end, keep the error
+                ray.kill(running)
     return TrialsRun(waves, trials, errors, time.time() - t0)
