@@ -68,10 +68,12 @@ def protect_token(token: Path) -> str:
 WORKER_SETUP = {"worker_process_setup_hook": "orchestrator.run.worker_setup.quiet_sigterm_teardown"}
 
 
-def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard: bool = True) -> dict:
+def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard: bool = True,
+              metadata: dict[str, str] | None = None) -> dict:
     """Join `address` when given, else start a local Ray bound to loopback only; in a process where Ray is already
     initialised, use that one. Returns facts for the console, and "started": whether this call started a local Ray
-    (which its caller then stops: orchestrator/run/submit.py `Submission.close`)."""
+    (which its caller then stops: orchestrator/run/submit.py `Submission.close`). `metadata`: the job's metadata,
+    which the Ray dashboard's job list shows (a submission gives its grid and id: `job_metadata`)."""
     if address is None:
         # Ray's local (non-cluster) mode uses 127.0.0.1 as the node address, so its listeners stay on loopback (a
         # laptop or CI needs no open ports). Ray reads this once, when it is imported: set it first.
@@ -83,13 +85,17 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard
 
     if ray.is_initialized():
         return {"dashboard_url": None, "address": "already connected", "started": False}
+    from ray.job_config import JobConfig
+
+    job = JobConfig(metadata=dict(metadata or {}))
     if address is None:
         ctx = ray.init(num_cpus=num_cpus, include_dashboard=dashboard, dashboard_host="127.0.0.1",
-                       log_to_driver=True, logging_level="WARNING",
+                       log_to_driver=True, logging_level="WARNING", job_config=job,
                        runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}, **WORKER_SETUP})
     else:
         try:
-            ctx = ray.init(address=address, log_to_driver=True, logging_level="WARNING", runtime_env=WORKER_SETUP)
+            ctx = ray.init(address=address, log_to_driver=True, logging_level="WARNING", job_config=job,
+                           runtime_env=WORKER_SETUP)
         except ConnectionError as err:
             if "AuthenticationError" not in repr(err.__cause__) and "InvalidAuthToken" not in str(err.__cause__):
                 raise
@@ -101,6 +107,12 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, dashboard
     return {"dashboard_url": f"http://{url}" if url and not url.startswith("http") else url,
             "address": ctx.address_info.get("address") or ctx.address_info.get("gcs_address"),
             "started": address is None}
+
+
+def job_metadata(grid: str, submission: str, results: str) -> dict[str, str]:
+    """The Ray job's metadata for a submission (the dashboard's job list and `/api/jobs/` show it): which grid, which
+    submission (ledger entries and MLflow runs carry the same id), where its results go."""
+    return {"mlvp_grid": grid, "mlvp_submission": submission, "mlvp_results": results}
 
 
 def use_cluster_token() -> None:

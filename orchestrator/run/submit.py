@@ -126,7 +126,8 @@ class Submission:
             # MLflow in a process of its own, started first: it imports while Ray starts
             self.tracker = TrackerProcess(self.report.tracking_uri, paths.results, paths.store_templates)
             self.ahead = OutputsAhead(len(plan.trials))   # the outputs' child, started at the first trial result
-            self.ray_info = ray_env.start_ray(opts.address, opts.num_cpus, opts.dashboard)
+            self.ray_info = ray_env.start_ray(opts.address, opts.num_cpus, opts.dashboard, ray_env.job_metadata(
+                grid.name, self.submission, str(paths.results)))
             self.started_ray = bool(self.ray_info.get("started"))
             if self.ray_info.get("dashboard_url"):
                 console.print(f"Ray dashboard: {self.ray_info['dashboard_url']}  ({ray_env.auth_token_hint()})")

@@ -26,10 +26,17 @@ producer waits for resources its idle actors hold (or after 30 s idle), so that 
 `run_trials` waits on the gate, holding no trial actor, and starts the next wave when a trial is ready. An idle wave
 whose producers are running keeps its actors, saving a new wave's start.
 
+Which cell each trial works on, in the Ray dashboard: Tune runs every trial as a `train` call of a reused actor, so
+neither the actor nor that call can carry the cell (an actor's repr is read once, when it is created:
+docs/results.md, step 4). Each trial therefore also holds a task named by its cell (`trial <MLflow run
+name>`) on one zero-CPU `TrialsRunning` actor for as long as it runs: the dashboard's task list shows it RUNNING, then
+FINISHED (tests/test_report_dashboard.py reads it through the dashboard's REST API).
+
 Only Tune's public interfaces are used: `Tuner`, a `Searcher`, a `TrialScheduler` and `tune.report`.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import importlib
@@ -40,6 +47,7 @@ import time
 from typing import Any, Callable, NamedTuple
 from dataclasses import asdict
 
+import ray
 from ray import tune
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler
@@ -53,24 +61,60 @@ from orchestrator.run.interrupts import raise_if_pending
 from workloads.spec import TrialSpec
 
 
-def trial_trainable(config: dict[str, Any], env: dict[str, Any]) -> None:
-    """The Tune function trainable: run one trial and report its full result once."""
-    import ray   # in the worker, where Ray is loaded already
-
+def trial_trainable(config: dict[str, Any], env: dict[str, Any], running=None) -> None:
+    """The Tune function trainable: run one trial and report its full result once. `running`: the submission's
+    `TrialsRunning` actor, which shows the trial's cell in the Ray dashboard while it runs (module docstring)."""
     from workloads.trial import run   # torch (heavy): only in the workers
 
     spec = TrialSpec.from_dict(config["spec"])
     environment = TrialEnvironment(**env)
     _name_worker(spec)
-    if environment.hook:
-        call_hook(environment.hook, spec)
-    result = run(spec, environment.context_for(spec))
+    if running is not None:
+        running.running.options(name=f"trial {run_name(spec.to_dict())}").remote(spec.key)
+    try:
+        if environment.hook:
+            call_hook(environment.hook, spec)
+        result = run(spec, environment.context_for(spec))
+    finally:
+        if running is not None:
+            running.finished.remote(spec.key)
     # where it ran, for the ledger: which node of a cluster, which worker process (tests/test_cluster.py reads them)
     where = {"ray_node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
     # the result as one string and no numeric metric: Tune keeps running statistics (six values and two deques) of
     # every number a trial reports, on the driver until its `Tuner.fit` ends, ~3 KB per metric and trial; nothing
     # here reads them (RecordingScheduler hands the result to the ledger)
     tune.report({"result_json": json.dumps({**result.to_dict(), **where})})
+
+
+@ray.remote(num_cpus=0, max_concurrency=100_000)
+class TrialsRunning:
+    """One per `run_trials`: `running(key)`, called by a trial as it starts with the task name `trial <its cell>`,
+    lasts until that trial calls `finished(key)` (or its retry starts, or the driver hears it crashed for good), so
+    the Ray dashboard lists the task as RUNNING exactly while the trial runs. Async: the waits cost no thread, and
+    the actor no CPU of the trials."""
+
+    def __init__(self):
+        self._waiting: dict[str, asyncio.Event] = {}
+        self._early: set[str] = set()   # finished before its `running` arrived (calls from two processes)
+
+    async def running(self, key: str) -> None:
+        self._release(key)   # a retried trial: its crashed attempt ends here
+        if key in self._early:
+            self._early.discard(key)
+            return
+        event = self._waiting[key] = asyncio.Event()
+        await event.wait()
+
+    @ray.method(enable_task_events=False)   # not a row of the dashboard's task list: only `running` is
+    async def finished(self, key: str) -> None:
+        if not self._release(key):
+            self._early.add(key)
+
+    def _release(self, key: str) -> bool:
+        event = self._waiting.pop(key, None)
+        if event is not None:
+            event.set()
+        return event is not None
 
 
 def call_hook(hook: str, spec: TrialSpec) -> None:
@@ -86,7 +130,7 @@ def call_hook(hook: str, spec: TrialSpec) -> None:
 def _name_worker(spec: TrialSpec) -> None:
     """Title this worker process by the trial's cell, its MLflow run name (`ray::trial synthetic/v2t/clip4clip/
     tent/fog-5`), so `ps`/`top` on a node show which trial each worker runs. Ray 2.60's dashboard does not show
-    this title (tests/test_report_dashboard.py, an expected failure). Ray retitles the worker at its next task."""
+    this title (its task list shows `TrialsRunning`'s task instead). Ray retitles the worker at its next task."""
     try:
         import setproctitle   # small; only in the workers
 
@@ -378,7 +422,15 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
         raise ValueError(f"wave: at least 1 trial, got {wave}")
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     gate = gate if gate is not None else ReadyGate(specs)
-    fn = trainable or tune.with_parameters(trial_trainable, env=asdict(env))
+    running = TrialsRunning.remote() if trainable is None else None   # the cells in the dashboard (module docstring)
+    if running is not None:
+        def crashed(spec: dict[str, Any], message: str) -> None:   # Tune gave up on it: its task ends too
+            running.finished.remote(TrialSpec.from_dict(spec).key)
+            on_crash(spec, message)
+        on_crash_here = crashed
+    else:
+        on_crash_here = on_crash
+    fn = trainable or tune.with_parameters(trial_trainable, env=asdict(env), running=running)
     trainable = tune.with_resources(fn, {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
     t0 = time.time()
     # the ledger is our record: with Tune's file loggers off, its ResultGrid cannot read per-trial files and would
@@ -405,7 +457,7 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
                 gc.collect()
             quota = left if wave is None else min(wave, left)
             searcher = GatedSearcher(gate, quota)
-            scheduler = RecordingScheduler(on_result, on_crash)
+            scheduler = RecordingScheduler(on_result, on_crash_here)
             waves += 1
             tuner = tune.Tuner(
                 trainable,
@@ -432,4 +484,7 @@ def run_trials(specs: list[TrialSpec], env: TrialEnvironment | None, *, storage_
         analysis_log.setLevel(level)
         for log in state_logs:
             log.removeFilter(one_line)
+        if running is not None:
+            with contextlib.suppress(Exception):   # Ray already gone (a lost head): nothing to end, keep the error
+                ray.kill(running)
     return TrialsRun(waves, trials, errors, time.time() - t0)

@@ -16,6 +16,9 @@ one video x one group. A background thread streams the Ray Data output, counts e
 `on_ready("render:<dataset>/<perturbation>/<severity>")` the moment its last clip is written (or failed: a trial runs
 on the clips that exist, as before), so the trials of the first sets run while later sets are still rendering.
 Groups whose assets need a checkpoint (event insertion's distractors) are added with `add` once it exists.
+
+Each Ray Data dataset is named by the render sets it renders (`dataset_name`: "render synthetic fog 1,5; ..."), the
+name the Ray dashboard's Ray Data view lists it by, with its progress (docs/results.md, step 4).
 """
 from __future__ import annotations
 
@@ -174,6 +177,27 @@ def _runs_adain(plan: Plan, dataset: str) -> bool:
     return bool(paths["adain_vgg"] and paths["adain_decoder"])
 
 
+# a dataset name is part of a Ray Data log file's name: no "/", and short enough for one (255 bytes with Ray's suffix)
+DATASET_NAME_CHARS = 150
+
+
+def dataset_name(sets) -> str:
+    """The Ray Data dataset's name for these render sets: "render "
+    and each (dataset, perturbation) with its severities, "render synthetic fog 1,5; synthetic gaussian_noise 5",
+    shortened to `DATASET_NAME_CHARS` with how many groups it leaves out ("+2 more")."""
+    groups: dict[tuple[str, str], set[int]] = {}
+    for rs in sets:
+        groups.setdefault((rs.dataset, rs.perturbation), set()).add(rs.severity)
+    parts = [f"{d} {p} {','.join(map(str, sorted(s)))}".replace("/", "-") for (d, p), s in groups.items()]
+    name = "render"
+    for i, part in enumerate(parts):
+        more = f" +{len(parts) - i} more"
+        if len(name) + 2 + len(part) + (len(more) if i < len(parts) - 1 else 0) > DATASET_NAME_CHARS:
+            return name + more
+        name += ("; " if i else " ") + part
+    return name
+
+
 def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
            video_assets: dict[str, dict[str, dict]] | None = None, actors: int | None = None,
            console=None) -> RenderSummary:
@@ -201,6 +225,7 @@ def render(plan: Plan, assets: dict[str, dict[str, Any]] | None = None,
         fn_kwargs={"cache_root": str(plan.paths.render), "seed": plan.grid.seed,
                    "num_frames": plan.grid.runtime.num_frames, "resolution": plan.resolution,
                    "assets": assets or {}})
+    ds.set_name(dataset_name({RenderSet(r["dataset"], q[0], q[1]) for r in rows for q in json.loads(r["requests"])}))
     columns = (TextColumn("rendering"), BarColumn(), MofNCompleteColumn(), TextColumn("clips"),
                TextColumn("{task.fields[rate]} clips/s"), TextColumn("{task.fields[failed]} failed"),
                TimeElapsedColumn())
@@ -338,6 +363,7 @@ class RenderStream:
         ds = ds.map_batches(self.render_fn, batch_size=1, compute=ray.data.TaskPoolStrategy(size=size),
                             num_cpus=self.cpus_per_actor, fn_kwargs=kwargs,
                             memory=render_task_memory(self.plan, [rs.dataset for rs in sets], self._clip_sizes))
+        ds.set_name(dataset_name([rs for rs in sets if remaining[rs] > 0]))
         with quiet_ray_data():
             for row in ds.iter_rows():
                 if self._stop.is_set():
