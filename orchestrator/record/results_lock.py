@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from orchestrator.planning.paths import check_writable
 from workloads.atomic import atomic_write_text
 
 LOCK_NAME, HOLDER_NAME = ".mlvp.lock", ".mlvp.lock.json"
@@ -86,7 +87,7 @@ def results_lock(results: str | os.PathLike, command: str, break_lock: bool = Fa
         finally:
             held["depth"] -= 1
         return
-    folder.mkdir(parents=True, exist_ok=True)
+    check_writable(folder)   # made when missing; else one line saying why it cannot take the lock
     lock_file, holder_file = folder / LOCK_NAME, folder / HOLDER_NAME
     fd = _acquire(lock_file, holder_file, folder, break_lock)
     try:
