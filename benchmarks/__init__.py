@@ -32,7 +32,8 @@ MAINTAINED: tuple[Benchmark, ...] = (
     Benchmark("decoder_check", (r"^\| \S+ \| \d+ / \d+ / \d+ / \d+ \| ",)),
     Benchmark("dress_rehearsal", (r"^\| gaussian_noise \| 2 \| 0 \| ", r"^\| source gaussian_noise-1 \| \d+ \| "),
               integration=True),
-    Benchmark("finetune_feed", (r"^\| xpool \| fp32 \| [\d.]+ \| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+% \|",)),
+    Benchmark("finetune_feed", (r"^\| xpool \| fp32 \| [\d.]+ \| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+% \|",),
+              integration=True),
     Benchmark("finetune_precision", (r"^\| mlvp-micro \| \d+M \| 4 \| [\d.]+ \(",), integration=True),
     Benchmark("finetune_threads", (r"^\| 2 \| [\d.]+ \([\d./]+\) \| [\d.]+x \| ",), integration=True),
     Benchmark("gpu_busy", (r"^\| all \| 0 \| \d+ \| \d+ \| ",)),
@@ -50,7 +51,7 @@ MAINTAINED: tuple[Benchmark, ...] = (
               integration=True),
     Benchmark("report_bench", (r"^write_report: [\d.]+s, \d+ files",), integration=True),
     Benchmark("text_bench", (r"^\| \w+ \| character \| \d+ \| 8 \| \d+ \|",), integration=True),
-    Benchmark("tta_cost", (r"^\| hat_vtr \| [\d.]+ \| [\d.]+ \|",)),
+    Benchmark("tta_cost", (r"^\| hat_vtr \| [\d.]+ \| [\d.]+ \|",), integration=True),
 )
 
 # modules that measure nothing themselves: the shared helpers
