@@ -22,10 +22,8 @@ BENCHMARKS = REPO / "benchmarks"
 NOT_YET_MOVED = {"render_bench"}
 
 
-def _params():
-    for bench in MAINTAINED:
-        marks = [pytest.mark.integration] if bench.integration else []
-        yield pytest.param(bench, id=bench.name, marks=marks)
+def _params() -> list:
+    return [pytest.param(b, id=b.name, marks=[pytest.mark.integration] if b.integration else []) for b in MAINTAINED]
 
 
 @pytest.mark.parametrize("bench", _params())
@@ -33,8 +31,11 @@ def test_a_maintained_benchmark_runs_at_its_smoke_size_and_prints_its_figures(be
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "TMPDIR": str(tmp_path)}   # what a smoke run writes in a temporary folder goes under this test's
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", f"benchmarks.{bench.name}", "--smoke"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    try:
+        done = subprocess.run([sys.executable, "-m", f"benchmarks.{bench.name}", "--smoke"], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired as e:   # what it printed until then says where it stood
+        pytest.fail(f"no end after {e.timeout:.0f} s\n{(e.stdout or b'')[-3000:]!r}\n{(e.stderr or b'')[-3000:]!r}")
     seconds = time.perf_counter() - t0
     out = done.stdout
     assert done.returncode == 0, f"exit {done.returncode} after {seconds:.0f} s\n{out[-3000:]}\n{done.stderr[-3000:]}"
