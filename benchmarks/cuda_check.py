@@ -63,7 +63,7 @@ def main(argv=None) -> int:
 
         scratch = Path(tempfile.mkdtemp(prefix="mlvp-cuda-check-smoke-"))
         args.cache, args.out, args.device = str(scratch / "cache"), str(scratch / "results.md"), "cpu"
-        args.n_train, args.n_test, args.steps, args.xpool_steps = 64, 8, 2, 2
+        args.n_train, args.n_test, args.steps, args.xpool_steps = 64, 16, 2, 2
         args.methods, args.cpu_workers, args.tolerance = "source,tent", 1, 100.0
         smoke_skips("the CUDA run and the tolerance (the CPU stands in for the GPU)", "needs a GPU")
 
