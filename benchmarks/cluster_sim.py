@@ -39,10 +39,11 @@ Lower bound: max(total render CPU time / CPUs, total trial GPU time / GPU slots)
 rendering (the issue's formula) and with the CPUs the trial slots hold taken out (what any design that keeps the
 GPUs fed can use for rendering).
 
-    python benchmarks/cluster_sim.py                        # full_mlvp, 64 CPUs, 4 GPUs x 1 slot, ~3-6 min
-    python benchmarks/cluster_sim.py --totals-only          # the cost model's totals beside plan's line, no Ray
-    python benchmarks/cluster_sim.py --grid my_grid.yaml --totals-only   # the same for another grid
-    python benchmarks/cluster_sim.py --datasets msrvtt --executor tune --designs overlap --target 60
+    python -m benchmarks.cluster_sim                        # full_mlvp, 64 CPUs, 4 GPUs x 1 slot, ~3-6 min
+    python -m benchmarks.cluster_sim --totals-only          # the cost model's totals beside plan's line, no Ray
+    python -m benchmarks.cluster_sim --grid my_grid.yaml --totals-only   # the same for another grid
+    python -m benchmarks.cluster_sim --datasets msrvtt --executor tune --designs overlap --target 60
+    python -m benchmarks.cluster_sim --smoke              # seconds: a 10-trial micro grid through both designs
 """
 from __future__ import annotations
 
@@ -55,7 +56,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
@@ -246,12 +246,12 @@ def run_design(plan, costs, scale: float, render_actors: int, overlap: bool, exe
         while True:
             while idle:
                 spec = gate.pop()
-                if spec is None or spec == "FINISHED":
+                if spec is None or spec == ReadyGate.DONE:
                     break
                 w = idle.pop()
                 running[w.run.remote(costs.trial_slot_seconds(spec) * scale)] = w
             if not running:
-                if spec == "FINISHED":
+                if spec == ReadyGate.DONE:
                     break
                 time.sleep(0.01)
                 continue
@@ -266,7 +266,7 @@ def run_design(plan, costs, scale: float, render_actors: int, overlap: bool, exe
             ray.kill(w)
     stream.join()
     t_render = max(stream.ready_at.values(), default=t0) - t0
-    first_row = videos_per_row * costs.rendering_seconds(*sets[0][:2]) * scale / cpus_per_actor
+    first_row = videos_per_row * costs.rendering_seconds(sets[0].dataset, sets[0].perturbation) * scale / cpus_per_actor
     startup = max(0.0, (stream.first_output_at or t0) - t0 - first_row)
     return {"makespan": time.time() - t0, "render_done": t_render, "trials": len(done_at), "startup": startup,
             "first_trial_done": (min(done_at) - t0) if done_at else None, "waves": waves,
@@ -278,9 +278,25 @@ def run_design(plan, costs, scale: float, render_actors: int, overlap: bool, exe
             if (done := sorted(done_at)) else []}
 
 
+def smoke_grid(folder: Path) -> Path:
+    """The `--smoke` grid: mlvp-micro on a small generated dataset, Source and Tent, two types at two severities
+    (10 trials, 5 render sets; the small grid tests/test_cost_model.py prices)."""
+    import yaml
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "smoke.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "smoke", "models": {"clip_model": "mlvp-micro"},
+        "datasets": {"synthetic": {"options": {"n_train": 96, "n_test": 40, "size": 32}}},
+        "backbones": ["clip4clip"], "methods": ["source", "tent"],
+        "query_shift": {"datasets": ["synthetic"], "perturbations": ["gaussian_noise", "h264_compression"],
+                        "severities": [1, 5]}}))
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter,
-                                 epilog="example: python benchmarks/cluster_sim.py --cpus 64 --gpus 4 --target 90")
+                                 epilog="example: python -m benchmarks.cluster_sim --cpus 64 --gpus 4 --target 90")
     ap.add_argument("--cpus", type=int, default=64, help="logical CPUs of the simulated cluster (default 64)")
     ap.add_argument("--gpus", type=int, default=4, help="logical GPUs (default 4)")
     ap.add_argument("--gpus-per-trial", type=float, default=None,
@@ -308,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="folder for the stand-in inputs and the plan's results (default: a new temporary folder)")
     ap.add_argument("--totals-only", action="store_true",
                     help="print the cost model's totals, plan's line and the lower bound, and start no Ray")
+    ap.add_argument("--smoke", action="store_true",
+                    help="seconds: a 10-trial micro grid on 4 logical CPUs and 1 GPU, a 5 s bound, both designs")
     args = ap.parse_args(argv)
 
     from orchestrator.planning.cost_model import CostModel, PlanCosts, estimate
@@ -316,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     from orchestrator.planning.work import remaining_work
 
     tmp = args.workdir or Path(tempfile.mkdtemp(prefix="mlvp-cluster-sim-"))
+    if args.smoke:
+        args.grid, args.cpus, args.gpus, args.target = smoke_grid(tmp), 4, 1, 5.0
+        args.videos_per_row, args.cpus_per_actor = 10, 1
     plan = full_plan(tmp, args.datasets.split(",") if args.datasets else None, args.grid)
     rt = plan.grid.runtime
     # a grid whose trials take no GPU (runtime.gpus_per_trial 0) runs one per simulated GPU slot, as the cost model

@@ -1,9 +1,9 @@
 """The embedded default's whole workload path on a CUDA GPU, checked against the CPU in the same run.
 
-    python benchmarks/cuda_check.py [--cache /tmp/mlvp-cuda-check] [--n-train 3000] [--n-test 256]
+    python -m benchmarks.cuda_check [--cache /tmp/mlvp-cuda-check] [--n-train 3000] [--n-test 256]
         [--steps 500] [--xpool-steps 150] [--methods source,tent,read,sar,eata,tcr,hat_vtr]
         [--perturbation gaussian_noise] [--severity 5] [--cpu-workers 8] [--cudnn-tf32 default|off]
-        [--out benchmarks/cuda_check_results.md]
+        [--out benchmarks/cuda_check_results.md] [--smoke]
 
 Runs `workloads` alone (no Ray, no MLflow; they are not on the GPU machine), exactly the functions the orchestrator
 calls in its workers: the synthetic dataset generated (H.264 via PyAV), `mlvp-tiny` fine-tuned on the GPU (clip4clip,
@@ -26,7 +26,6 @@ from multiprocessing import get_context
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _cpu_trial(args):
@@ -53,7 +52,20 @@ def main(argv=None) -> int:
                     help="'off': convolutions on CUDA in full fp32 (PyTorch's default, kept by the trials, is TF32: "
                          "docs/notes/2026-11-results-history.md §6 reads the CUDA-CPU difference as its rounding)")
     ap.add_argument("--out", default=str(Path(__file__).with_name("cuda_check_results.md")))
+    ap.add_argument("--smoke", action="store_true",
+                    help="seconds: a tiny dataset, 2-step fine-tunes, Source and Tent, the CPU standing in for the "
+                         "GPU (no CUDA run), results in a temporary folder")
     args = ap.parse_args(argv)
+    if args.smoke:
+        import tempfile
+
+        from benchmarks.provenance import smoke_skips
+
+        scratch = Path(tempfile.mkdtemp(prefix="mlvp-cuda-check-smoke-"))
+        args.cache, args.out, args.device = str(scratch / "cache"), str(scratch / "results.md"), "cpu"
+        args.n_train, args.n_test, args.steps, args.xpool_steps = 64, 16, 2, 2
+        args.methods, args.cpu_workers, args.tolerance = "source,tent", 1, 100.0
+        smoke_skips("the CUDA run and the tolerance (the CPU stands in for the GPU)", "needs a GPU")
 
     import torch
 
@@ -71,7 +83,7 @@ def main(argv=None) -> int:
         torch.backends.cudnn.allow_tf32 = False
     cache = Path(args.cache)
     argv = sys.argv[1:] if argv is None else argv
-    cmd = " ".join(["python benchmarks/cuda_check.py", *map(shlex.quote, argv)])
+    cmd = " ".join(["python -m benchmarks.cuda_check", *map(shlex.quote, argv)])
     name = torch.cuda.get_device_name(0) if dev == "cuda" else dev
     lines = [f"Command: `{cmd}`", "",
              f"Device: {name}; torch {torch.__version__}; {os.cpu_count()} CPU cores for the CPU side; CUDA "

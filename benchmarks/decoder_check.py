@@ -1,7 +1,7 @@
 """decord (our reader) vs OpenCV's cv2.VideoCapture (the authors' reader: bingqingzhang/vtr_tta,
 datasets/video_capture.py) vs PyAV, on the same files.
 
-    python benchmarks/decoder_check.py [--dir DIR]
+    python -m benchmarks.decoder_check [--dir DIR] [--smoke]
 
 Writes small test videos (a textured scene panning, 48 frames at 30 fps) and reports, per file:
 - frame counts: decord len(), cv2 CAP_PROP_FRAME_COUNT (what the authors' sampler uses), frames cv2 reads
@@ -34,10 +34,7 @@ import av
 import cv2
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from real_video import _scene  # noqa: E402
+from benchmarks.real_video import _scene  # noqa: E402
 from workloads.video_io import uniform_indices  # noqa: E402
 
 N_FRAMES = 48
@@ -189,12 +186,14 @@ def fmt_db(x: float) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default=str(Path(tempfile.gettempdir()) / "mlvp-decoder-check"))
+    ap.add_argument("--smoke", action="store_true", help="seconds: the first file only, written to a new folder")
     args = ap.parse_args(argv)
-    folder = Path(args.dir)
+    cases = dict(list(CASES.items())[:1]) if args.smoke else CASES
+    folder = Path(tempfile.mkdtemp(prefix="mlvp-decoder-check-")) if args.smoke else Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)
     import decord
 
-    print("# python benchmarks/decoder_check.py")
+    print("# python -m benchmarks.decoder_check")
     print(f"# decord {decord.__version__}, OpenCV {cv2.__version__}, PyAV {av.__version__} (FFmpeg "
           f"{av.library_versions['libavcodec']}), {platform.machine()}, Python {platform.python_version()}")
     print()
@@ -203,7 +202,7 @@ def main(argv=None) -> int:
           "conversion applied (MAE, next best): "
           "decord; cv2; PyAV |")
     print("|---|---|---|---|---|---|---|")
-    for name, (container, codec, w, h, pix, params) in CASES.items():
+    for name, (container, codec, w, h, pix, params) in cases.items():
         path = folder / f"{name}.{container}"
         if not path.is_file():
             write(path, container, codec, w, h, pix, params)

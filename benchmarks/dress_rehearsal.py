@@ -2,9 +2,9 @@
 size, through the real loaders, the render stage's Ray task pool (every perturbation type x severity) and a few
 ViT-B/32 trials, each measured figure beside the cost model's prediction.
 
-    python benchmarks/dress_rehearsal.py [--videos 20] [--types all] [--severities 1,2,3,4,5] [--trials 3]
+    python -m benchmarks.dress_rehearsal [--videos 20] [--types all] [--severities 1,2,3,4,5] [--trials 3]
         [--queries N] [--frames 12] [--model ViT-B-32] [--methods tent] [--device cpu|cuda] [--alone N]
-        [--out FILE.md]
+        [--out FILE.md] [--smoke]
 
 What it does:
 1. **Data**: under `--dir`, an MSRVTT root the MSRVTT loader reads (workloads/datasets/msrvtt.py): the real 1k-A test
@@ -51,14 +51,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 # Ray's workers import the project from the same checkout (a run given only PYTHONPATH, nothing installed)
 os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                                                           if p])
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
-import provenance  # noqa: E402  (benchmarks/provenance.py, this script's folder)
+from benchmarks import provenance  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
@@ -69,8 +68,13 @@ ANNOTATIONS = [Path("/work/shared/reference/annotations/MSRVTT"), REPO.parent / 
 MIB = 1 << 20
 STAND_IN_WORKERS = 16   # processes writing stand-ins at most
 EXAMPLE = """example (about 10 minutes on 2 cores; a GPU machine: --device cuda):
-  python benchmarks/dress_rehearsal.py --videos 20 --trials 3 --out /tmp/dress.md
-  python benchmarks/dress_rehearsal.py --videos 2 --types gaussian_noise,fog --severities 1 --trials 1 --frames 4"""
+  python -m benchmarks.dress_rehearsal --videos 20 --trials 3 --out /tmp/dress.md
+  python -m benchmarks.dress_rehearsal --videos 2 --types gaussian_noise,fog --severities 1 --trials 1 --frames 4
+  python -m benchmarks.dress_rehearsal --smoke    # seconds: SMOKE's sizes, on the CPU"""
+# `--smoke`: two 2 s stand-ins, one type at one severity, one Source trial of mlvp-micro on the CPU, in a new folder
+SMOKE = ["--videos", "2", "--types", "gaussian_noise", "--severities", "1", "--trials", "1", "--frames", "4",
+         "--seconds", "2-3", "--actors", "2", "--methods", "source", "--model", "mlvp-micro", "--device", "cpu",
+         "--annotations", str(REPO / "tests" / "data" / "annotations" / "MSRVTT")]
 
 
 # ----------------------------------------------------------------------------------------------------- stand-ins
@@ -463,7 +467,14 @@ def parse_args(argv=None):
                                                          "MSRVTT_train.9k.csv (default: the reference copy)")
     ap.add_argument("--dir", default=None, help="scratch folder (default: $TMPDIR/mlvp-dress-rehearsal)")
     ap.add_argument("--out", default=None, help="write the figures as markdown here")
-    args = ap.parse_args(argv)
+    ap.add_argument("--smoke", action="store_true", help="seconds: the sizes of SMOKE (the options given win), on "
+                                                         "the CPU, in a new scratch folder")
+    args = ap.parse_args(provenance.smoke_argv(argv, SMOKE))
+    if args.smoke:
+        import tempfile
+
+        args.dir = args.dir or tempfile.mkdtemp(prefix="mlvp-dress-rehearsal-smoke-")
+        provenance.smoke_skips("the GPU trials", "--smoke runs its trial on the CPU")
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     args.types = list(NAMES) if args.types == "all" else split(args.types)
     unknown = sorted(set(args.types) - set(NAMES))
@@ -488,7 +499,7 @@ def main(argv=None) -> str:
     work = Path(args.dir or Path(os.environ.get("TMPDIR", "/tmp")) / "mlvp-dress-rehearsal")
     root = work / "MSRVTT"
     annotations = find_annotations(args.annotations)
-    cmd = "python benchmarks/dress_rehearsal.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None
+    cmd = "python -m benchmarks.dress_rehearsal " + " ".join(shlex.quote(a) for a in (argv if argv is not None
                                                                                    else sys.argv[1:]))
     from orchestrator.config.grid import load_grid
     from orchestrator.planning.cost_model import PlanCosts

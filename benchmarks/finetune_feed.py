@@ -10,8 +10,9 @@ device work is stood in by a wait of its cost-model length (`finetune_step_secon
 scaled by images per step; orchestrator/planning/cost_model.py). For each recipe, precision and worker count it
 prints the wall time, the wait for batches and the device's busy share (its work over the wall time).
 
-    python benchmarks/finetune_feed.py                        # xpool and clip4clip, workers 0,1,2, 12 steps
-    python benchmarks/finetune_feed.py --recipes xpool --workers 0,2,4 --steps 20
+    python -m benchmarks.finetune_feed                        # xpool and clip4clip, workers 0,1,2, 12 steps
+    python -m benchmarks.finetune_feed --recipes xpool --workers 0,2,4 --steps 20
+    python -m benchmarks.finetune_feed --smoke                # seconds: 64 clips, xpool, workers 0 and 1, 2 steps
 
 The clip file is read from the page cache (a fine-tune's decoded split stays there where memory allows; its task
 reserves that memory: workloads/finetune_memory.py). Workers beyond this machine's cores only contend for them.
@@ -21,14 +22,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def clip_file(path: Path, videos: int, frames: int, size: int) -> np.ndarray:
@@ -68,19 +66,25 @@ def feed(clips, recipe: str, steps: int, workers: int, device_s: float) -> tuple
     return first, wall, waited
 
 
+# `--smoke`: seconds, tiny inputs (the options given after it win)
+SMOKE = ["--recipes", "xpool", "--videos", "64", "--steps", "2", "--workers", "0,1", "--repeat", "1"]
+
+
 def main(argv=None) -> None:
+    from benchmarks.provenance import smoke_argv
     from orchestrator.planning.cost_model import CostModel
     from workloads.backbones.finetune_config import RECIPES
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="example: python benchmarks/finetune_feed.py --recipes xpool --workers 0,2",
+                                 epilog="example: python -m benchmarks.finetune_feed --recipes xpool --workers 0,2",
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipes", default="xpool,clip4clip", help="published recipes (default xpool,clip4clip)")
     ap.add_argument("--videos", type=int, default=512, help="clips in the clip file (default 512: 0.9 GB)")
     ap.add_argument("--steps", type=int, default=12, help="steps per case (default 12)")
     ap.add_argument("--workers", default="0,1,2", help="DataLoader worker counts to compare (default 0,1,2)")
     ap.add_argument("--repeat", type=int, default=2, help="rounds, each running every case once (default 2)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--smoke", action="store_true", help="seconds: the sizes of SMOKE")
+    args = ap.parse_args(smoke_argv(argv, SMOKE))
     recipes = args.recipes.split(",")
     counts = [int(w) for w in args.workers.split(",")]
     cost = CostModel()

@@ -7,7 +7,7 @@ steps; it prints CPU seconds per step (process time: what a loaded machine leave
 bf16 / fp32 of the medians. Whether the CPU has native bf16 is printed too: without it bf16 is emulated and far
 slower, and the comparison says nothing about models.
 
-    python benchmarks/finetune_precision.py [--models mlvp-tiny:64,ViT-B-32:8] [--steps 3] [--repeat 2]
+    python -m benchmarks.finetune_precision [--models mlvp-tiny:64,ViT-B-32:8] [--steps 3] [--repeat 2] [--smoke]
 
 Each model is NAME:BATCH (clips per step, 4 frames each; the quickstart's mlvp-tiny fine-tune uses 64).
 """
@@ -30,7 +30,6 @@ def step_inputs(model_name: str, batch: int, steps: int):
     Returns (model, optimizer, schedule, tokens, clips)."""
     import torch
 
-    sys.path.insert(0, str(REPO))
     from workloads.backbones import create_backbone
     from workloads.backbones.finetune import FinetuneConfig, optimizer
 
@@ -55,7 +54,7 @@ def one(model_name: str, batch: int, precision: str, steps: int) -> dict:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     torch.set_num_threads(1)
     model, opt, sched, tokens, clips = step_inputs(model_name, batch, steps + 2)
-    from workloads.backbones.finetune import train_step   # importable once step_inputs has put the checkout first
+    from workloads.backbones.finetune import train_step
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
     for _ in range(2):
         train_step(model, opt, sched, autocast, tokens, clips)
@@ -66,24 +65,30 @@ def one(model_name: str, batch: int, precision: str, steps: int) -> dict:
             "params": sum(p.numel() for p in model.parameters())}
 
 
-def main() -> int:
+# `--smoke`: seconds, mlvp-micro at 4 clips, one step, one run of each precision (the options given after it win)
+SMOKE = ["--models", "mlvp-micro:4", "--steps", "1", "--repeat", "1"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.provenance import smoke_argv
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="example: python benchmarks/finetune_precision.py --models mlvp-tiny:64 "
+                                 epilog="example: python -m benchmarks.finetune_precision --models mlvp-tiny:64 "
                                         "--steps 5")
     ap.add_argument("--models", default="mlvp-tiny:64,ViT-B-32:8",
                     help="comma-separated NAME:BATCH (default mlvp-tiny:64,ViT-B-32:8)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per run (default 3)")
     ap.add_argument("--repeat", type=int, default=2, help="runs of each precision, alternated (default 2)")
     ap.add_argument("--one", nargs=3, metavar=("MODEL", "BATCH", "PRECISION"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="seconds: the sizes of SMOKE")
+    args = ap.parse_args(smoke_argv(argv, SMOKE))
     if args.one:
         print(json.dumps(one(args.one[0], int(args.one[1]), args.one[2], args.steps)))
         return 0
 
-    sys.path.insert(0, str(REPO))
     from workloads.backbones.finetune import CPU_BF16_MIN_PARAMS, cpu_has_native_bf16
 
-    from provenance import cpu_model   # benchmarks/provenance.py, this script's folder
+    from benchmarks.provenance import cpu_model
 
     cpu = cpu_model()
     print(f"{cpu}; native bf16: {cpu_has_native_bf16()}; one core, one torch thread; load average "
@@ -96,8 +101,9 @@ def main() -> int:
         params = 0
         for _ in range(args.repeat):
             for precision in ("bf16", "fp32"):
-                cmd = [sys.executable, __file__, "--steps", str(args.steps), "--one", name, batch, precision]
-                out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+                cmd = [sys.executable, "-m", "benchmarks.finetune_precision", "--steps", str(args.steps), "--one",
+                       name, batch, precision]
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO)
                 figures = json.loads(out.stdout.strip().splitlines()[-1])
                 runs[precision].append(figures["cpu_s_per_step"])
                 params = figures["params"]

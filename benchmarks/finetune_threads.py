@@ -7,7 +7,7 @@ steps; the thread counts' runs alternated. It prints wall seconds per step (what
 machine must be quiet), the ratio to one thread, and whether the weights after the timed steps are the same bits as
 one thread's (a thread count changes the rounding of torch's reductions: the fine-tune records its count).
 
-    python benchmarks/finetune_threads.py [--model mlvp-tiny:64] [--threads 1,2] [--steps 8] [--repeat 2]
+    python -m benchmarks.finetune_threads [--model mlvp-tiny:64] [--threads 1,2] [--steps 8] [--repeat 2] [--smoke]
 """
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ def one(model_name: str, batch: int, threads: int, steps: int) -> dict:
 
     import torch
 
-    from finetune_precision import step_inputs   # benchmarks/finetune_precision.py, this script's folder
+    from benchmarks.finetune_precision import step_inputs
 
     torch.set_num_threads(threads)
     model, opt, sched, tokens, clips = step_inputs(model_name, batch, steps + 2)
-    from workloads.backbones.finetune import train_step   # importable once step_inputs has put the checkout first
+    from workloads.backbones.finetune import train_step
     fp32 = torch.autocast("cpu", dtype=torch.bfloat16, enabled=False)
     for _ in range(2):
         train_step(model, opt, sched, fp32, tokens, clips)
@@ -47,21 +47,28 @@ def one(model_name: str, batch: int, threads: int, steps: int) -> dict:
     return {"wall_s_per_step": wall, "weights": digest.hexdigest()[:16]}
 
 
-def main() -> int:
+# `--smoke`: seconds, mlvp-micro at 4 clips, one step, one run of each count (the options given after it win)
+SMOKE = ["--model", "mlvp-micro:4", "--steps", "1", "--repeat", "1"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.provenance import smoke_argv
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="example: python benchmarks/finetune_threads.py --threads 1,2 --steps 8")
+                                 epilog="example: python -m benchmarks.finetune_threads --threads 1,2 --steps 8")
     ap.add_argument("--model", default="mlvp-tiny:64", help="NAME:BATCH, clips per step at 4 frames (default "
                                                             "mlvp-tiny:64, the quickstart's fine-tune)")
     ap.add_argument("--threads", default="1,2", help="comma-separated torch thread counts (default 1,2)")
     ap.add_argument("--steps", type=int, default=8, help="timed steps per run (default 8)")
     ap.add_argument("--repeat", type=int, default=2, help="runs of each count, alternated (default 2)")
     ap.add_argument("--one", nargs=3, metavar=("MODEL", "BATCH", "THREADS"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="seconds: the sizes of SMOKE")
+    args = ap.parse_args(smoke_argv(argv, SMOKE))
     if args.one:
         print(json.dumps(one(args.one[0], int(args.one[1]), int(args.one[2]), args.steps)))
         return 0
 
-    from provenance import commit, cpu_model   # benchmarks/provenance.py, this script's folder
+    from benchmarks.provenance import commit, cpu_model
 
     name, batch = args.model.rsplit(":", 1)
     counts = [int(t) for t in args.threads.split(",")]
@@ -70,8 +77,9 @@ def main() -> int:
     runs: dict[int, list[dict]] = {t: [] for t in counts}
     for _ in range(args.repeat):
         for t in counts:
-            cmd = [sys.executable, __file__, "--steps", str(args.steps), "--one", name, batch, str(t)]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            cmd = [sys.executable, "-m", "benchmarks.finetune_threads", "--steps", str(args.steps), "--one", name,
+                   batch, str(t)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO)
             runs[t].append(json.loads(out.stdout.strip().splitlines()[-1]))
     base = statistics.median(r["wall_s_per_step"] for r in runs[counts[0]])
     print(f"| torch threads | wall s/step (runs) | vs {counts[0]} | weights after {args.steps} steps |")

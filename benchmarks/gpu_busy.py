@@ -1,6 +1,6 @@
 """How busy the GPU is while a command runs: the share of one-second samples in which it computes (issue #33).
 
-    python benchmarks/gpu_busy.py --out busy.md --limit-s 420 -- \\
+    python -m benchmarks.gpu_busy --out busy.md --limit-s 420 -- \\
         python -m orchestrator submit grids/quickstart.yaml --no-dashboard
 
 Runs the command, stamps each line it prints with the seconds since the start (`<out>.log`), samples
@@ -15,7 +15,10 @@ Nothing measured is lost to a time limit: the log and the samples are written li
 saying it was cut; a SIGTERM to this script does the same. A run cut harder than that (the machine taken back) leaves
 the two files, from which `--from-files` writes the table afterwards, anywhere:
 
-    python benchmarks/gpu_busy.py --out busy.md --from-files
+    python -m benchmarks.gpu_busy --out busy.md --from-files
+
+`--smoke` (seconds) runs a 2 s Python command that prints two phase lines, into a temporary folder; without
+`nvidia-smi` it says so and writes the table with no samples.
 """
 from __future__ import annotations
 
@@ -101,12 +104,14 @@ def _row(name: str, start: float, end: float, part: list[tuple[float, float, flo
     return f"| {name} | {start:.0f} | {end - start:.0f} | {len(part)} | {idle} | {mean} | {peak} |"
 
 
-def run(command: list[str], out: Path, limit_s: float | None) -> tuple[int, float, str]:
-    """Run `command`, stamping its output into `<out>.log` while the sampler writes beside it; returns its exit code,
-    the wall time and how it ended."""
+def run(command: list[str], out: Path, limit_s: float | None, sampling: bool = True) -> tuple[int, float, str]:
+    """Run `command`, stamping its output into `<out>.log` while the sampler writes beside it (with `sampling`;
+    else the samples file stays empty); returns its exit code, the wall time and how it ended."""
     stop, t0 = threading.Event(), time.time()
+    samples_path(out).write_text("")
     sampler = threading.Thread(target=sample, args=(stop, t0, samples_path(out)), daemon=True)
-    sampler.start()
+    if sampling:
+        sampler.start()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                             start_new_session=True)   # its own process group: a Ctrl-C reaches all of it
     ended = {"how": "ended"}
@@ -151,13 +156,14 @@ def run(command: list[str], out: Path, limit_s: float | None) -> tuple[int, floa
         timer.cancel()
     wall = time.time() - t0
     stop.set()
-    sampler.join()
+    if sampling:
+        sampler.join()
     return rc, wall, ended["how"]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, required=True,
+    ap.add_argument("--out", type=Path, default=None,
                     help="Markdown table to write (the stamped log and the samples beside it)")
     ap.add_argument("--phase", action="append", default=None, metavar="NAME=REGEX",
                     help="a phase starting at the first output line matching REGEX (repeatable)")
@@ -165,8 +171,25 @@ def main() -> int:
                     help="interrupt the command after this many seconds and write the table of what ran")
     ap.add_argument("--from-files", action="store_true",
                     help="run nothing: write the table from the log and samples an earlier run left beside --out")
+    ap.add_argument("--smoke", action="store_true",
+                    help="seconds: a 2 s Python command, into a temporary folder (no GPU needed)")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    sampling = shutil.which("nvidia-smi") is not None
+    if args.smoke:
+        import tempfile
+
+        from benchmarks.provenance import smoke_skips
+
+        args.out = args.out or Path(tempfile.mkdtemp(prefix="mlvp-gpu-busy-smoke-")) / "busy.md"
+        args.command = args.command or [sys.executable, "-c", "import time; print('smoke started', flush=True); "
+                                        "time.sleep(1); print('clean R@1 v2t 1 -> 2', flush=True); time.sleep(1); "
+                                        "print('done in 2 s')"]
+        args.limit_s = args.limit_s or 60.0
+        if not sampling:
+            smoke_skips("the GPU samples", "no nvidia-smi here: an NVIDIA GPU is needed")
+    if args.out is None:
+        ap.error("--out is required (or --smoke)")
     command = [c for c in args.command if c != "--"] if args.command[:1] == ["--"] else args.command
     phases = [tuple(p.split("=", 1)) for p in args.phase] if args.phase else list(PHASES)
     if args.from_files:
@@ -180,10 +203,10 @@ def main() -> int:
     else:
         if not command:
             ap.error("give the command after --, or --from-files")
-        if shutil.which("nvidia-smi") is None:
+        if not sampling and not args.smoke:
             print("gpu_busy: no nvidia-smi here (an NVIDIA GPU is needed)", file=sys.stderr)
             return 2
-        rc, wall, how = run(command, args.out, args.limit_s)
+        rc, wall, how = run(command, args.out, args.limit_s, sampling)
         rows, stamped = read_files(args.out)
         head = (f"command: `{' '.join(command)}` ({how}, exit {rc}), wall {wall:.0f} s, {len(rows)} one-second "
                 "samples")

@@ -1,9 +1,9 @@
 """Full-size trials on one GPU: fp32 vs bf16, and how many trials to pack per GPU (`runtime.gpus_per_trial`).
 
-    python benchmarks/gpu_trial.py [--model ViT-B-32] [--backbones clip4clip,xpool] [--methods tent,hat_vtr]
+    python -m benchmarks.gpu_trial [--model ViT-B-32] [--backbones clip4clip,xpool] [--methods tent,hat_vtr]
         [--queries 1000] [--gallery 1000] [--frames 12] [--precisions fp32,bf16] [--pack 1,2,4,8]
         [--pack-precisions fp32] [--pack-method tent] [--pack-backbone clip4clip] [--finetune-steps 20]
-        [--device cuda] [--out benchmarks/gpu_trial_results.md]
+        [--device cuda] [--out benchmarks/gpu_trial_results.md] [--smoke]
 
 One trial here is the GPU work of `workloads.trial.run` at full size: a randomly initialised model (no weights can
 be downloaded; timing does not depend on the weights), the gallery (G captions, v2t) encoded once with the
@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 POOL_BATCHES = 8  # distinct query batches held in host memory, cycled through the stream
 
@@ -164,7 +163,20 @@ def main(argv=None) -> str:
                     help="timed fine-tuning steps per backbone and precision (0: no fine-tuning table)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", default=str(Path(__file__).with_name("gpu_trial_results.md")))
+    ap.add_argument("--smoke", action="store_true",
+                    help="seconds: mlvp-micro on the CPU, one Tent trial of 16 queries, K = 1, one fine-tuning step, "
+                         "the table in a temporary folder (no GPU run)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        import tempfile
+
+        from benchmarks.provenance import smoke_skips
+
+        args.model, args.backbones, args.methods, args.device = "mlvp-micro", "clip4clip", "tent", "cpu"
+        args.queries, args.gallery, args.frames, args.precisions, args.pack = 16, 16, 2, "fp32", "1"
+        args.finetune_steps = 1
+        args.out = str(Path(tempfile.mkdtemp(prefix="mlvp-gpu-trial-smoke-")) / "gpu_trial_results.md")
+        smoke_skips("the GPU trials and bf16", "needs a GPU: the CPU runs mlvp-micro in fp32")
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     base = {"model": args.model, "queries": args.queries, "gallery": args.gallery, "frames": args.frames,
             "device": args.device}
@@ -172,7 +184,7 @@ def main(argv=None) -> str:
     import torch
 
     dev = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else platform.processor() or "CPU"
-    cmd = "python benchmarks/gpu_trial.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None
+    cmd = "python -m benchmarks.gpu_trial " + " ".join(shlex.quote(a) for a in (argv if argv is not None
                                                                               else sys.argv[1:]))
     header = [f"## {args.model}, random init, v2t, {args.queries} queries x {args.frames} frames, G = {args.gallery}",
              "", f"Command: `{cmd.strip()}`  ", f"Device: {dev}; torch {torch.__version__}.", "",

@@ -1,6 +1,6 @@
 """h264_compression old vs new vs the reference's ffmpeg CLI call, on the same frames, side by side in one run.
 
-    python benchmarks/h264_psnr.py [--clips long,short] [--extra-rates 2000000,20000000]
+    python -m benchmarks.h264_psnr [--clips long,short] [--extra-rates 2000000,20000000] [--smoke]
 
 Per clip and severity: PSNR (dB) of the 12 frames the uniform rule picks against the clean frames at those indices,
 the actual elementary-stream bitrate (kbit/s) and the mean signed pixel shift (decoded - clean, grey levels) of
@@ -27,7 +27,6 @@ import argparse
 import platform
 import shutil
 import subprocess
-import sys
 import tempfile
 from fractions import Fraction
 from pathlib import Path
@@ -36,10 +35,7 @@ import av
 import cv2
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from real_video import _scene  # noqa: E402
+from benchmarks.real_video import _scene  # noqa: E402
 from workloads.perturbations.video import h264_compression as h264  # noqa: E402
 from workloads.perturbations.video import render  # noqa: E402
 from workloads.video_io import uniform_indices  # noqa: E402
@@ -121,23 +117,33 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return float(10 * np.log10(255.0**2 / max(mse, 1e-12)))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        epilog="example: python benchmarks/h264_psnr.py --clips long --extra-rates 20000000",
+        epilog="example: python -m benchmarks.h264_psnr --clips long --extra-rates 20000000",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clips", default="long,short,smooth", help="comma-separated, of: " + ", ".join(CLIPS))
     parser.add_argument("--extra-rates", default="20000000",
                         help="comma-separated bit rates (bit/s) measured after the five severities ('' for none)")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true",
+                        help="seconds: the short clip, no extra rates; without the ffmpeg CLI, its columns left empty")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.clips, args.extra_rates = "short", ""
     clips = [c for c in args.clips.split(",") if c]
     bad = [c for c in clips if c not in CLIPS]
     if bad:
         parser.error(f"unknown clip {bad[0]!r}; choose from {', '.join(CLIPS)}")
-    if shutil.which("ffmpeg") is None:
+    cli = shutil.which("ffmpeg") is not None
+    if not cli and not args.smoke:
         parser.error("the ffmpeg CLI is needed (apt-get install ffmpeg)")
+    if not cli:
+        from benchmarks.provenance import smoke_skips
+
+        smoke_skips("the ffmpeg CLI's columns", "no ffmpeg here")
     extra = [int(r) for r in args.extra_rates.split(",") if r]
-    version = subprocess.run(["ffmpeg", "-version"], capture_output=True, text=True).stdout.split("\n")[0]
+    version = (subprocess.run(["ffmpeg", "-version"], capture_output=True, text=True).stdout.split("\n")[0] if cli
+               else "none")
     print(f"PyAV {av.__version__} (libavcodec {av.library_versions['libavcodec']}), CLI: {version}; "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; x264 asm: {h264.x264_asm()}")
     capped = h264.x264_asm
@@ -171,10 +177,11 @@ def main() -> None:
                     kept, _, _ = h264.decode(packets, extradata, set(int(i) for i in idx))
                     cells.append((np.stack([kept[int(i)] for i in idx]), sum(map(len, packets))))
                     cells.append(None)
-                for threads in (1, None):
+                for threads in (1, None) if cli else ():
                     frames, nbytes, pix_fmt = cli_encode_decode(video, rate, FPS, threads, Path(tmp))
                     assert pix_fmt == "yuv444p", pix_fmt
                     cells.append((frames[idx], nbytes))
+                cells += [None, None] if not cli else []
                 text = []
                 for cell in cells:
                     if cell is None:

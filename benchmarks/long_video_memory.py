@@ -1,8 +1,9 @@
 """Peak memory and time of rendering a long HD video, per perturbation type (issue #33 item 1).
 
-    python benchmarks/long_video_memory.py                       # a 3-minute 1280x720 30 fps clip, every type
-    python benchmarks/long_video_memory.py --seconds 60 --types h264_compression,video_defocus
-    python benchmarks/long_video_memory.py --calibrate            # the figures of workloads/render_memory.py
+    python -m benchmarks.long_video_memory                       # a 3-minute 1280x720 30 fps clip, every type
+    python -m benchmarks.long_video_memory --seconds 60 --types h264_compression,video_defocus
+    python -m benchmarks.long_video_memory --calibrate            # the figures of workloads/render_memory.py
+    python -m benchmarks.long_video_memory --smoke                # seconds: 2 s at 160x120, clean and noise
 
 Generates the clip once (cached in --dir, default $TMPDIR/mlvp-long-video; benchmarks/real_video.py's generator:
 x264 veryfast crf 23, High profile, 3 B-frames, a keyframe every 5 s, a camera panning over a textured scene with a
@@ -37,8 +38,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.real_video import generate
 from workloads.perturbations.video import NAMES
@@ -189,7 +188,12 @@ def main(argv=None) -> int:
     ap.add_argument("--trace", action="store_true", help="--ray: the worker's peak and RSS after every row")
     ap.add_argument("--sizes", default="320x240,640x360", help="--ray: clip sizes (default 320x240,640x360)")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "mlvp-long-video")
+    ap.add_argument("--smoke", action="store_true",
+                    help="seconds: a 2 s 160x120 clip, clean and gaussian_noise, in a new folder")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.seconds, args.size, args.types = 2, "160x120", "clean,gaussian_noise"
+        args.dir = Path(tempfile.mkdtemp(prefix="mlvp-long-video-smoke-"))
     names = ["clean", *NAMES] if args.types == "all" else args.types.split(",")
     if args.calibrate:
         calibrate(args.dir, names)
@@ -198,7 +202,7 @@ def main(argv=None) -> int:
         sizes = [tuple(int(v) for v in s.lower().split("x")) for s in args.sizes.split(",")]
         seconds = 10 if args.seconds == 180 else args.seconds
         results = ray_worker(args.dir, names, sizes, seconds, args.videos, args.trace)
-        print(f"Command: `python benchmarks/long_video_memory.py {' '.join(sys.argv[1:] if argv is None else argv)}`"
+        print(f"Command: `python -m benchmarks.long_video_memory {' '.join(sys.argv[1:] if argv is None else argv)}`"
               f"; {seconds} s clips, one Ray Data worker per size, {args.videos} row(s) per type (five severities), "
               "type after type")
         print("| size | RSS before imports MiB | after imports MiB | peak after imports MiB | " +
@@ -219,10 +223,10 @@ def main(argv=None) -> int:
         rows.append(row("style_transfer", path, width, height, frames, (1, 2, 3, 4, 5), adain=True))
     if args.together:
         rows.append(row(",".join(n for n in names if n != "clean"), path, width, height, frames, (1, 2, 3, 4, 5)))
-    from provenance import commit as checkout   # benchmarks/provenance.py, this script's folder
+    from benchmarks.provenance import commit as checkout
 
     commit = checkout()
-    print(f"Command: `python benchmarks/long_video_memory.py {' '.join(sys.argv[1:] if argv is None else argv)}`"
+    print(f"Command: `python -m benchmarks.long_video_memory {' '.join(sys.argv[1:] if argv is None else argv)}`"
           f" at commit {commit}")
     print(f"Machine: {platform.machine()}, {os.cpu_count()} logical CPUs shared with other jobs, Python "
           f"{platform.python_version()}; one thread everywhere. Clip: {args.seconds} s {width}x{height} 30 fps "

@@ -1,7 +1,8 @@
 """Scientific check of every TTA method on the embedded default, without the orchestrator (issue #32, item 6).
 
-    python benchmarks/methods_diagnostics.py [--cache DIR] [--types gaussian_noise,impulse_noise,motion_blur,fog]
+    python -m benchmarks.methods_diagnostics [--cache DIR] [--types gaussian_noise,impulse_noise,motion_blur,fog]
         [--methods all] [--backbones clip4clip,xpool] [--directions v2t] [--variants] [--json FILE] [--prepare-only]
+        [--smoke]
 
 Uses workloads only, in this one process:
   1. the embedded default's dataset (`synthetic`, default options: 3,000 train / 256 test videos) generated into
@@ -32,7 +33,6 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 DEFAULT_TYPES = ("gaussian_noise", "impulse_noise", "motion_blur", "fog")
 COLUMNS = ("R1", "hub_skewness", "hub_robin_hood", "hub_antihub_count", "uniformity_shifted", "uniformity_adapted",
@@ -52,24 +52,31 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def prepare(cache: Path, types: list[str], backbones: list[str]):
+# the embedded default's sizes, and `--smoke`'s: the dataset's options and the CLIP4Clip / X-Pool fine-tuning steps
+DEFAULT_SIZES = {"options": {}, "steps": (500, 150)}
+SMOKE_SIZES = {"options": {"n_train": 64, "n_test": 16}, "steps": (2, 2)}
+
+
+def prepare(cache: Path, types: list[str], backbones: list[str], sizes: dict = DEFAULT_SIZES):
     """Dataset, checkpoints and renders; returns (dataset, data version, {backbone: (checkpoint, model version)})."""
     from workloads.datasets import create_dataset
     from workloads.render_cache import RenderCache, render_video
     from workloads.spec import CLEAN
 
     t0 = time.time()
-    ds = create_dataset("synthetic", root=str(cache / "datasets"))
+    ds = create_dataset("synthetic", root=str(cache / "datasets"), **sizes["options"])
+    clip4clip_steps, xpool_steps = sizes["steps"]
     test, train = ds.test_split(), ds.train_split()
     version = ds.version()
     log(f"dataset: {len(train)} train / {len(test)} test pairs ({time.time() - t0:.0f}s)")
     models: dict[str, tuple[str, str]] = {}
     for backbone in sorted(backbones, key=lambda b: b != "clip4clip"):
-        init, init_path, steps = "", None, 500
+        init, init_path, steps = "", None, clip4clip_steps
         if backbone == "xpool":   # the grids' default: X-Pool starts from the fine-tuned mean-pooling model
             if "clip4clip" not in models:
-                models["clip4clip"] = prepare_model("clip4clip", "", None, 500, train, test, cache, version)
-            init, init_path, steps = "model:" + models["clip4clip"][1], models["clip4clip"][0], 150
+                models["clip4clip"] = prepare_model("clip4clip", "", None, clip4clip_steps, train, test, cache,
+                                                    version)
+            init, init_path, steps = "model:" + models["clip4clip"][1], models["clip4clip"][0], xpool_steps
         models[backbone] = prepare_model(backbone, init, init_path, steps, train, test, cache, version)
     t0 = time.time()
     render = RenderCache(cache / "render")
@@ -141,7 +148,17 @@ def main(argv=None) -> int:
                                                    "and a 100x learning rate), or 'all'")
     ap.add_argument("--json", default="", help="write every result here")
     ap.add_argument("--prepare-only", action="store_true")
+    ap.add_argument("--smoke", action="store_true",
+                    help="seconds: 64 train / 16 test clips, 2-step fine-tunes, Source and Tent on CLIP4Clip at "
+                         "gaussian_noise, in a new cache folder")
     args = ap.parse_args(argv)
+    sizes = DEFAULT_SIZES
+    if args.smoke:
+        import tempfile
+
+        sizes = SMOKE_SIZES
+        args.cache = tempfile.mkdtemp(prefix="mlvp-methods-diagnostics-smoke-")
+        args.types, args.methods, args.backbones, args.directions = "gaussian_noise", "source,tent", "clip4clip", "v2t"
 
     import torch
 
@@ -153,7 +170,7 @@ def main(argv=None) -> int:
     cache = Path(args.cache).expanduser()
     types = [t for t in args.types.split(",") if t]
     backbones = [b for b in args.backbones.split(",") if b]
-    ds, version, models = prepare(cache, types, backbones)
+    ds, version, models = prepare(cache, types, backbones, sizes)
     text_types = [t for t in args.text_types.split(",") if t] if "t2v" in args.directions else []
     prepare_text_sets(cache, ds, version, text_types)
     if args.prepare_only:
@@ -167,7 +184,7 @@ def main(argv=None) -> int:
         for backbone in backbones:
             checkpoint, model_version = models[backbone]
             ctx = TrialContext(render_cache=str(cache / "render"), checkpoint=checkpoint,
-                               dataset_root=str(cache / "datasets"), dataset_options={},
+                               dataset_root=str(cache / "datasets"), dataset_options=sizes["options"],
                                gallery_cache=str(cache / "gallery"), threads=1)
             for perturbation, severity in cells:
                 for label, method, options in rows:

@@ -2,8 +2,8 @@
 the sampled frames of `synthetic_text`'s test clips at their native resolution (128 px), clean and at severity 5 of
 the perturbations that destroy text.
 
-    python benchmarks/ocr_engines.py [--cache DIR] [--clips 64] [--frames 12] [--n-train 2000]
-        [--engines tesseract,rapidocr]
+    python -m benchmarks.ocr_engines [--cache DIR] [--clips 64] [--frames 12] [--n-train 2000]
+        [--engines tesseract,rapidocr] [--n-test N] [--smoke]
         [--types gaussian_noise,video_defocus,h264_compression,main_object_occlusion] [--severity 5]
 
 Per (engine, cell): `word acc` = share of windows (sampled frames) whose words include the sign's word (case
@@ -24,7 +24,6 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TYPES = ("gaussian_noise", "video_defocus", "h264_compression", "main_object_occlusion")
 
@@ -39,7 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--types", default=",".join(TYPES))
     ap.add_argument("--severity", type=int, default=5)
     ap.add_argument("--json", help="write the table here too")
+    ap.add_argument("--n-test", type=int, default=None, help="the dataset's test clips (default: the default's 256)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="seconds: 16 train / 4 test clips, 2 of them read at 2 frames, clean and gaussian_noise, "
+                         "in a new cache folder")
     args = ap.parse_args(argv)
+    if args.smoke:
+        import tempfile
+
+        args.cache = tempfile.mkdtemp(prefix="mlvp-ocr-engines-smoke-")
+        args.clips, args.frames, args.n_train, args.n_test, args.types = 2, 2, 16, 4, "gaussian_noise"
 
     import cv2
 
@@ -51,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     from workloads.video_io import read_video, uniform_indices
 
     cv2.setNumThreads(1)
-    ds = create_dataset("synthetic_text", root=str(Path(args.cache) / "datasets"), n_train=args.n_train)
+    sizes = {"n_train": args.n_train, **({"n_test": args.n_test} if args.n_test else {})}
+    ds = create_dataset("synthetic_text", root=str(Path(args.cache) / "datasets"), **sizes)
     test = ds.test_split()
     words = {a["video_id"]: a["sign"]["word"] for a in ds.attributes("test")}
     pairs = test.pairs[:args.clips]

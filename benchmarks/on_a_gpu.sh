@@ -19,13 +19,13 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 { date -u; nvidia-smi -L; python3 --version; git rev-parse HEAD 2>/dev/null; } >"$out/machine.txt" 2>&1
 
-python3 benchmarks/gpu_busy.py --out "$out/busy_trials.md" --limit-s "${TRIALS_LIMIT_S:-300}" \
+python3 -m benchmarks.gpu_busy --out "$out/busy_trials.md" --limit-s "${TRIALS_LIMIT_S:-300}" \
     --phase "stand-ins and plan=." --phase "Ray and rendering=plan done" --phase "trials=rendering done" \
     --phase "tables=trials done" -- \
-    python3 benchmarks/dress_rehearsal.py --device "${DEVICE:-cuda}" --videos "${VIDEOS:-1000}" --seconds 10-10 \
+    python3 -m benchmarks.dress_rehearsal --device "${DEVICE:-cuda}" --videos "${VIDEOS:-1000}" --seconds 10-10 \
     --types gaussian_noise --severities 5 --methods source,tent,sar,tcr --trials 4 --dir /tmp/mlvp-dress-rehearsal \
     --out "$out/dress_rehearsal_gpu.md"
 
-python3 benchmarks/gpu_busy.py --out "$out/busy_submit.md" --limit-s "${SUBMIT_LIMIT_S:-180}" -- \
+python3 -m benchmarks.gpu_busy --out "$out/busy_submit.md" --limit-s "${SUBMIT_LIMIT_S:-180}" -- \
     python3 -m orchestrator submit quickstart --no-dashboard --results-dir /tmp/mlvp-results --cache-dir /tmp/mlvp-cache
 ls -l "$out"

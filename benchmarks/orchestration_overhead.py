@@ -29,8 +29,11 @@ Each side runs in a fresh interpreter of its own (`--side plain|ours`, one local
 plain Tune trials: Ray started, Tune imported, workers up). In one process, ours ran in the memory plain Tune had just
 freed (its ~290 MB of Trial objects) and its RSS growth read ~3x too low (docs/notes/2026-11-results-history.md §15).
 
-    python benchmarks/orchestration_overhead.py [--trials N] [--repeat 2] [--slots 4] [--trial-seconds 2]
-                                                [--wave 1000] [--profile out.prof]
+    python -m benchmarks.orchestration_overhead [--trials N] [--repeat 2] [--slots 4] [--trial-seconds 2]
+                                                [--wave 1000] [--profile out.prof] [--smoke]
+
+`--smoke` (a minute or two: two local Rays): the smallest whole grid of no-op trials on 2 slots after a warm-up of 4,
+one run of each side.
 
 `--repeat N` runs each side N times, alternated (plain, ours, plain, ...), and takes the ratio of the medians: on this
 2-core machine one run of plain Tune took 62-78 s between runs of the same code (docs/notes/2026-11-results-history.md
@@ -58,7 +61,6 @@ from pathlib import Path
 from typing import Collection
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -118,7 +120,7 @@ def make_grid(work: Path) -> Path:
     """full_mlvp's query shift (v2t and t2v, clean rows included) over stand-in annotations and videos."""
     import yaml
 
-    from conftest import stand_in_weights, stand_in_data, stand_in_videos
+    from tests.conftest import stand_in_data, stand_in_videos, stand_in_weights
 
     stand_in_data(work / "data")
     stand_in_videos(work / "data")
@@ -401,7 +403,7 @@ def side(args) -> dict:
     ray_env.start_ray(None, args.slots, dashboard=False)
     rss = RSS()
     try:
-        plain_tune(specs[:min(50, len(specs))], work / f"warm-{args.side}", 1)   # workers up, Tune imported
+        plain_tune(specs[:min(args.warm_up, len(specs))], work / f"warm-{args.side}", 1)   # workers up, Tune imported
         r0 = rss.now()
         out["rss_base_mb"] = r0 / 2**20
         rss.start()
@@ -442,12 +444,12 @@ def run_side(name: str, args, work: Path) -> dict:
     """`side` in a child interpreter; its figures come back as the last line of its output."""
     import subprocess
 
-    cmd = [sys.executable, __file__, "--side", name, "--work", str(work), "--slots", str(args.slots),
-           "--trial-seconds", str(args.trial_seconds)]
+    cmd = [sys.executable, "-m", "benchmarks.orchestration_overhead", "--side", name, "--work", str(work),
+           "--slots", str(args.slots), "--trial-seconds", str(args.trial_seconds), "--warm-up", str(args.warm_up)]
     for flag, value in (("--trials", args.trials), ("--wave", args.wave), ("--profile", args.profile)):
         if value is not None:
             cmd += [flag, str(value)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
@@ -477,9 +479,19 @@ def trial_count(args, grid_path: Path) -> int:
     return min(rounds or counts, key=lambda n: abs(n - wanted))
 
 
-def main() -> int:
+def smoke_trials(grid_path: Path) -> int:
+    """`--smoke`'s trials: the smallest whole grid (`whole_grids`) of at least 4 trials."""
+    from orchestrator.config.grid import load_grid
+    from orchestrator.planning.paths import Paths
+    from orchestrator.planning.plan import build_plan
+
+    specs = build_plan(load_grid(grid_path), Paths.make(grid_path.parent / "scratch")).trials
+    return next(n for n in whole_grids(specs, 400) if n >= 4)
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="example: python benchmarks/orchestration_overhead.py --trials 500")
+                                 epilog="example: python -m benchmarks.orchestration_overhead --trials 500")
     ap.add_argument("--trials", type=int, default=None, help="run only the first N trials (default: all 5,040, or "
                     "with --trial-seconds about two minutes of trials on the slots)")
     ap.add_argument("--slots", type=int, default=4, help="trials at once: the logical CPUs of the local Ray, one per "
@@ -495,18 +507,25 @@ def main() -> int:
     ap.add_argument("--work", default=None, help="working folder (default: a temporary one, removed)")
     ap.add_argument("--side", choices=("plain", "ours"), default=None,
                     help="internal: run one side in this process and print its figures as JSON")
-    args = ap.parse_args()
+    ap.add_argument("--warm-up", type=int, default=50, help="plain Tune trials each side runs first (default 50)")
+    ap.add_argument("--smoke", action="store_true", help="a minute or two: the smallest whole grid of no-op trials "
+                    "on 2 slots, a warm-up of 4, one run of each side")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.slots, args.trial_seconds, args.repeat, args.warm_up, args.wave = 2, 0.0, 1, 4, None
     if args.side:
         print(json.dumps(side(args)))
         return 0
 
-    from provenance import cpu_model   # benchmarks/provenance.py, this script's folder
+    from benchmarks.provenance import cpu_model
 
     tmp = tempfile.TemporaryDirectory(prefix="mlvp-overhead-")
     work = Path(args.work or tmp.name)
     work.mkdir(parents=True, exist_ok=True)
     grid_path = make_grid(work)
-    if args.trials is not None or args.trial_seconds > 0:
+    if args.smoke:
+        args.trials = smoke_trials(grid_path)
+    elif args.trials is not None or args.trial_seconds > 0:
         args.trials = trial_count(args, grid_path)
     cpu = cpu_model()
     what = f"trials of {args.trial_seconds:g} s" if args.trial_seconds else "no-op trials"

@@ -1,6 +1,6 @@
 """How `plan` scales with a grid's trials (issue #47 item 6; docs/notes/2026-12-02-plan-at-scale.md):
 
-    python benchmarks/plan_scale.py [--seeds 10 100 1000]
+    python -m benchmarks.plan_scale [--seeds 10 100 1000] [--smoke]
 
 The grid: grids/all_perturbations.yaml with every registered method and `seeds: [0, ..., N-1]` (1,220 trials per
 seed). For each N, in a fresh process: CPU seconds (`time.process_time`: the dev machine is shared, wall time says
@@ -53,8 +53,10 @@ print(f"{n:>9,} trials: build {t1 - t0:6.1f} s, select {t2 - t1:6.1f} s, print {
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[10, 100, 1000])
+    ap.add_argument("--smoke", action="store_true", help="one grid of 1 seed (seconds)")
     args = ap.parse_args()
-    sys.path.insert(0, str(REPO))
+    if args.smoke:
+        args.seeds = [1]
     from workloads.methods import METHODS
 
     grid = yaml.safe_load((REPO / "grids" / "all_perturbations.yaml").read_text())   # a shipped grid, not user input

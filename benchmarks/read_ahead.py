@@ -10,8 +10,9 @@ needed, and the wait leaves the CPU free as waiting for a CUDA kernel does. For 
 it prints the stream's wall time, how long it waited for its input, and the device's busy share (its work over the
 wall time), side by side in one run, alternating the depths.
 
-    python benchmarks/read_ahead.py                       # 256 clips, depths 0 and 2, 3 rounds
-    python benchmarks/read_ahead.py --clips 512 --depths 0,1,2,4 --repeat 5
+    python -m benchmarks.read_ahead                       # 256 clips, depths 0 and 2, 3 rounds
+    python -m benchmarks.read_ahead --clips 512 --depths 0,1,2,4 --repeat 5
+    python -m benchmarks.read_ahead --smoke               # seconds: 32 clips at 64 px, one round
 
 The clips are read from the page cache (written just before), as a trial reads clips rendered on its node shortly
 before; a cold disk reads slower. On a GPU the real figure is every trial's `input_wait_s` timing.
@@ -20,14 +21,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def build_cache(root: Path, clips: int, frames: int, resolution: int):
@@ -56,11 +55,16 @@ def stream(cache, keys, batch: int, depth: int, device_s: float) -> tuple[float,
     return time.perf_counter() - t0, batches.seconds
 
 
+# `--smoke`: seconds, tiny inputs (the options given after it win)
+SMOKE = ["--clips", "32", "--resolution", "64", "--repeat", "1"]
+
+
 def main(argv=None) -> None:
+    from benchmarks.provenance import smoke_argv
     from orchestrator.planning.cost_model import CostModel
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="example: python benchmarks/read_ahead.py --clips 256 --depths 0,2",
+                                 epilog="example: python -m benchmarks.read_ahead --clips 256 --depths 0,2",
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clips", type=int, default=256, help="clips in the stream (default 256)")
     ap.add_argument("--batch", type=int, default=16, help="queries per batch (runtime.batch_size; default 16)")
@@ -68,7 +72,8 @@ def main(argv=None) -> None:
     ap.add_argument("--resolution", type=int, default=224, help="frame side in px (default 224, ViT-B/32)")
     ap.add_argument("--depths", default="0,2", help="read-ahead depths to compare (default 0,2: off, the trials')")
     ap.add_argument("--repeat", type=int, default=3, help="rounds, each running every case once (default 3)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--smoke", action="store_true", help="seconds: the sizes of SMOKE")
+    args = ap.parse_args(smoke_argv(argv, SMOKE))
     depths = [int(d) for d in args.depths.split(",")]
     cost = CostModel()
     device = {p: cost.trial_gpu_seconds(args.batch, args.batch, p) for p in ("fp32", "bf16")}

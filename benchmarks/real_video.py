@@ -1,6 +1,6 @@
 """Decoding real-length videos on ONE core: the 12 uniform frames a trial needs, and the whole sequence.
 
-    python benchmarks/real_video.py [--part decode|render|all] [--dir DIR] [--gop 150 ...] [--repeats 3]
+    python -m benchmarks.real_video [--part decode|render|all] [--dir DIR] [--gop 150 ...] [--repeats 3] [--smoke]
 
 Generates once (cached in DIR, default $TMPDIR/mlvp-real-video; ~2-3 min on one 2-core machine) two H.264 .mp4
 files shaped like the datasets' raw videos: a 30 s 320x240 clip (MSRVTT-like) and a 3 min 1280x720 video
@@ -42,12 +42,13 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 cv2.setNumThreads(1)
 
-import provenance  # noqa: E402  (benchmarks/provenance.py, this script's folder)
+from benchmarks import provenance  # noqa: E402
 from workloads.video_io import read_frames, read_video, uniform_indices  # noqa: E402
 
+# `--smoke` (seconds, `--part all` once): SMOKE_VIDEOS under VIDEOS' names, in a new folder
+SMOKE_VIDEOS = {"30s_320x240": (2, 160, 120), "3min_1280x720": (2, 320, 180)}
 VIDEOS = {  # name: (seconds, width, height)
     "30s_320x240": (30, 320, 240),
     "3min_1280x720": (180, 1280, 720),
@@ -227,7 +228,13 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--part", choices=("decode", "render", "all"), default="decode",
                     help="decode: (a)+(b) on both videos; render: (c) on the 30 s clip only; all: both")
+    ap.add_argument("--smoke", action="store_true", help="seconds: 2 s videos at 160x120 and 320x180 under the "
+                                                         "usual names, in a new folder, every part once")
     args = ap.parse_args(argv)
+    if args.smoke:
+        VIDEOS.update(SMOKE_VIDEOS)
+        args.dir, args.repeats, args.part = tempfile.mkdtemp(prefix="mlvp-real-video-smoke-"), 1, "all"
+        provenance.smoke_skips("the real-length videos", "2 s stand-ins under their names: no goal is measured")
 
     if args.part in ("render", "all"):
         name = "30s_320x240"
@@ -236,14 +243,14 @@ def main(argv=None) -> int:
             Path(args.dir).mkdir(parents=True, exist_ok=True)
             print(f"generating {path} ...", flush=True)
             generate(path, *VIDEOS[name], args.gop[0])
-        print(f"# python benchmarks/real_video.py --part render --gop {args.gop[0]} --repeats {args.repeats}")
+        print(f"# python -m benchmarks.real_video --part render --gop {args.gop[0]} --repeats {args.repeats}")
         print(f"# {provenance.cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}")
         rc = render_part(path, args.repeats)
         if args.part == "render":
             return rc
         print()
     files = {gop: videos(Path(args.dir), gop) for gop in args.gop}
-    print(f"# python benchmarks/real_video.py --gop {' '.join(map(str, args.gop))} --repeats {args.repeats}")
+    print(f"# python -m benchmarks.real_video --gop {' '.join(map(str, args.gop))} --repeats {args.repeats}")
     print(f"# {provenance.cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}, one decoder "
           "thread; "
           f"CPU seconds (process time), median of {args.repeats} (full decode: 1 run)")

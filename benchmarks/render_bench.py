@@ -60,7 +60,6 @@ import numpy as np
 from scipy.ndimage import gaussian_filter, map_coordinates
 from scipy.ndimage import zoom as scizoom
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 cv2.setNumThreads(1)
 try:
@@ -70,7 +69,7 @@ try:
 except ImportError:  # torch is a project dependency, but the benchmark does not need it
     torch = None
 
-import provenance  # noqa: E402  (benchmarks/provenance.py, this script's folder)
+from benchmarks import provenance  # noqa: E402
 from workloads.perturbations.video import NAMES, read_for, render, render_many  # noqa: E402
 from workloads.perturbations.video._registry import VIDEO_PERTURBATIONS as _REGISTRY, ClipContext, get  # noqa: E402
 from workloads.spec import CLEAN  # noqa: E402

@@ -3,12 +3,14 @@ annotation files (tests/conftest.py's layouts, so no real data is needed), every
 made-up metrics (1% failed, 1% never run), then orchestrator/report/page.py's write_report timed. Also the size of what
 it writes.
 
-    PYTHONPATH=$PWD python benchmarks/report_bench.py
+    python -m benchmarks.report_bench [--trials N] [--smoke]
+
+`--trials N` reports the plan's first N trials only; `--smoke` (seconds) is `--trials 200`.
 """
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -16,11 +18,17 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 
 
-def main() -> None:
-    from conftest import stand_in_data, stand_in_videos
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trials", type=int, default=None, help="the plan's first N trials only (default: all)")
+    ap.add_argument("--smoke", action="store_true", help="seconds: the first 200 trials")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.trials = args.trials or 200
+
+    from tests.conftest import stand_in_data, stand_in_videos
 
     from orchestrator.config.grid import load_grid
     from orchestrator.planning.paths import Paths
@@ -39,9 +47,10 @@ def main() -> None:
         grid = load_grid(ROOT / "grids" / "full_mlvp.yaml")
         plan = build_plan(grid, Paths.make(tmp / "results", tmp / "cache"))
         t_plan = time.perf_counter() - t0
+        trials = plan.trials[:args.trials] if args.trials else plan.trials
         rng = np.random.default_rng(0)
         entries = []
-        for i, t in enumerate(plan.trials):
+        for i, t in enumerate(trials):
             if i % 100 == 99:
                 continue                                           # never run
             spec = t.to_dict()
@@ -57,11 +66,12 @@ def main() -> None:
                             "k_occurrence": rng.poisson(10, 1000).tolist(),
                             "batch_R1": rng.uniform(0, 100, 63).round(2).tolist(), "n_queries": 1000})
         t1 = time.perf_counter()
-        files = write_report(grid, plan.trials, entries, tmp / "results" / grid.name)
+        files = write_report(grid, trials, entries, tmp / "results" / grid.name)
         t_report = time.perf_counter() - t1
         size = sum(f.stat().st_size for f in files)
         html = (tmp / "results" / grid.name / "report" / "index.html").stat().st_size
-        print(f"grid {grid.name}: {len(plan.trials)} trials planned in {t_plan:.1f}s; {len(entries)} ledger entries")
+        print(f"grid {grid.name}: {len(plan.trials)} trials planned in {t_plan:.1f}s; {len(trials)} reported, "
+              f"{len(entries)} ledger entries")
         print(f"write_report: {t_report:.1f}s, {len(files)} files, {size / 1e6:.1f} MB "
               f"(index.html {html / 1e6:.1f} MB)")
 

@@ -1,7 +1,7 @@
 """Speed of the text (t2v) perturbations on ONE core: captions per second per type.
 
-    python benchmarks/text_bench.py [--captions tests/data/text_captions.txt] [--n 200] [--encoder-size tiny|base]
-        [--no-sentence] [--out FILE]
+    python -m benchmarks.text_bench [--captions tests/data/text_captions.txt] [--n 200] [--encoder-size tiny|base]
+        [--no-sentence] [--out FILE] [--smoke]
 
 For every registered type at the authors' severity (character 7, word 2, sentence 1):
 - "no retry": the type alone (a similarity-retry type run without an encoder keeps its first attempt);
@@ -33,7 +33,6 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +57,13 @@ def main(argv=None) -> int:
     ap.add_argument("--encoder-size", choices=("tiny", "base"), default="tiny")
     ap.add_argument("--no-sentence", action="store_true", help="skip the sentence level (tiny models)")
     ap.add_argument("--out", default=None, help="also write the table here (markdown)")
+    ap.add_argument("--smoke", action="store_true", help="seconds: 8 captions per type, no sentence level")
     args = ap.parse_args(argv)
+    if args.smoke:
+        from benchmarks.provenance import smoke_skips
+
+        args.n, args.no_sentence = 8, True
+        smoke_skips("the sentence level", "its tiny random models' beam search takes minutes on 2 cores")
 
     import torch
     from transformers import MPNetConfig, MPNetModel
@@ -119,7 +124,7 @@ def main(argv=None) -> int:
                        exhausted=hist.get("100", 0) / len(sample))
         rows.append(row)
 
-    cmd = "python benchmarks/" + " ".join([Path(__file__).name] + [shlex.quote(a) for a in (argv or sys.argv[1:])])
+    cmd = "python -m benchmarks.text_bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     lines = [f"`{cmd}`", "",
              f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores (1 used), Python "
              f"{platform.python_version()}, torch {torch.__version__}; {len(captions)} captions from "

@@ -60,8 +60,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("integration" if item.get_closest_marker("slow") else "unit")
         elif tiers[0] != "unit" and item.get_closest_marker("slow") is None:
             item.add_marker("slow")
-        path = item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(path, path)))
+        if item.get_closest_marker("xdist_group") is None:   # a test may name its own group (tests/test_benchmarks.py)
+            path = item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(path, path)))
 
 
 # One local Ray per pytest-xdist worker for the in-process submissions that need nothing of a Ray of their own

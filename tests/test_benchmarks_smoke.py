@@ -1,8 +1,8 @@
-"""benchmarks/render_bench.py at its smoke size (`--smoke`: (d), whole calls as a user meets them, on a 16-frame
-48x48 clip, one repeat): ours, the render stage's `render_video`, for every registered type and clean; and, where a
-checkout of the authors' repository is on this machine (MLVP_AUTHORS_CODE, their dependencies in MLVP_AUTHORS_PATH),
-their own script's loop body beside it with a ratio per type. CI reaches no repository but PyPI, so that part skips
-there with the reason."""
+"""`python -m benchmarks.render_bench` at its smoke size (`--smoke`: (d), whole calls as a user meets them, on a
+16-frame 48x48 clip, one repeat): ours, the render stage's `render_video`, for every registered type and clean; and,
+where a checkout of the authors' repository is on this machine (MLVP_AUTHORS_CODE, their dependencies in
+MLVP_AUTHORS_PATH), their own script's loop body beside it with a ratio per type. CI reaches no repository but PyPI,
+so that part skips there with the reason."""
 from __future__ import annotations
 
 import os
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _run(*extra: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "render_bench.py"), "--smoke", *extra],
+    done = subprocess.run([sys.executable, "-m", "benchmarks.render_bench", "--smoke", *extra], cwd=REPO,
                           capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout

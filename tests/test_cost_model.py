@@ -6,9 +6,7 @@ grids/full_mlvp.yaml equals to the second what the simulated cluster sleeps for 
 estimate counts only what remains to run. No Ray: the sim's rows and sleeps are computed, not slept."""
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -41,12 +39,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _cluster_sim():
-    """benchmarks/cluster_sim.py as a module (benchmarks/ is not a package): its stand-in inputs and sleep costs."""
-    spec = importlib.util.spec_from_file_location("cluster_sim", REPO / "benchmarks" / "cluster_sim.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("cluster_sim", module)
-    spec.loader.exec_module(module)
-    return module
+    """benchmarks/cluster_sim.py: its stand-in inputs and sleep costs."""
+    from benchmarks import cluster_sim
+
+    return cluster_sim
 
 
 @pytest.fixture(scope="module")

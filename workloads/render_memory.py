@@ -36,7 +36,7 @@ runs in a Ray Data task worker, which holds more than a fresh process and keeps 
 RAY_WORKER_BASE_BYTES is that worker's RSS after render_rows' imports (Ray, Ray Data and pyarrow are in it before
 them). WORKER_GROWTH covers a worker that renders type after type: its RSS does not fall back after a row (after
 H.264 it stays at H.264's peak: the allocator keeps what was freed), so the next type's working set partly comes on
-top of the last one's. Measured with `python benchmarks/long_video_memory.py --ray [--videos N] --sizes WxH` (the
+top of the last one's. Measured with `python -m benchmarks.long_video_memory --ray [--videos N] --sizes WxH` (the
 render stage's task function `render_rows` in a Ray Data task pool of one worker, one row per type with its five
 severities, every type in turn; 10 s clips) at commit 8993c7a, 2026-11-28, on a 2-core AMD EPYC (Python 3.11.7,
 torch 2.14.1+cu130, Ray 2.60.0), status_bytes readings:

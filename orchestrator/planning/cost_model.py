@@ -32,7 +32,7 @@ GPU-hours count GPU time, not slot time: a trial on a quarter of a GPU for an ho
 Every figure is data (a field of `CostModel`: a plain number, or for rendering a (type, RenderLine) pair per measured
 type and clean) with where it was measured in its `source`; `describe()` lists them, one line per registered type for
 rendering, and `mlvp plan --verbose` prints that list. Another cluster's figures go in as CostModel(field=value)
-(`python benchmarks/cluster_sim.py --cost field=value,...` for the numbers; `render_lines=uniform_render_lines(...)`
+(`python -m benchmarks.cluster_sim --cost field=value,...` for the numbers; `render_lines=uniform_render_lines(...)`
 prices every type alike); a grid has no key for them yet.
 
 A dataset's source clip size comes from its videos where they are on disk (the mean over up to `SAMPLE_VIDEOS` test
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 # The two measured clips each type's render line passes through: {type or clean: ((source width x height x frames,
 # CPU s of one rendering), (the same at the second clip))}, copied from the "Cost model rows" that
-# `python benchmarks/render_bench.py` prints (part (c), "ours alone": each (type, severity) rendered alone from the
+# `python -m benchmarks.render_bench` prints (part (c), "ours alone": each (type, severity) rendered alone from the
 # file as the render stage renders one key, decode included, one core, the mean over severities 1-5 of the median
 # of repeats; style transfer without AdaIN weights, i.e. its proxy, what a render actor runs without them).
 # Caveats, so that the figures are read as estimates: the machine ran another job (load average 11-13 on its 2 cores),
@@ -74,7 +74,7 @@ if TYPE_CHECKING:
 # tasks, against 2.35 here and ~2.2 s alone on its own stand-ins: not explained yet. A 180 s 720p clip is 216x the
 # larger point (H.264's line predicts 247 s a rendering there, benchmarks/RESULTS.md "Rendering" measured 212 s:
 # docs/notes/2026-11-27-long-video-memory.md).
-RENDER_SOURCE = ("`python benchmarks/render_bench.py --repeats 3 --authors-repeats 2` (benchmarks/render_results.md "
+RENDER_SOURCE = ("`python -m benchmarks.render_bench --repeats 3 --authors-repeats 2` (benchmarks/render_results.md "
                  "(c)), commit 34364ba, a 2-core AMD EPYC dev machine (AVX-512) shared with another job, one core, "
                  "2026-11-28; at 64 frames 224x224 and 300 frames 240x320 (10 s at 30 fps)")
 RENDER_POINTS: dict[str, tuple[tuple[int, float], tuple[int, float]]] = {
