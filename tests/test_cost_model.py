@@ -148,7 +148,7 @@ def test_every_figure_says_where_it_was_measured():
     assert any("H200" in line for line in lines if line.startswith("finetune_s_per_step ="))
     # the render figures: their source (command, commit, machine, date), then one line per registered type and clean
     (render,) = [line for line in lines if line.startswith("render_lines:")]
-    assert RENDER_SOURCE in render and "benchmarks/render_bench.py" in RENDER_SOURCE
+    assert RENDER_SOURCE in render and "python -m benchmarks.render_bench" in RENDER_SOURCE
     assert re.search(r"commit [0-9a-f]{7}", RENDER_SOURCE) and re.search(r"20\d\d-\d\d-\d\d", RENDER_SOURCE)
     per_type = [line for line in lines if line.startswith("  render ")]
     assert [line.split()[1] for line in per_type] == [*VIDEO_PERTURBATIONS.names(), CLEAN]
