@@ -22,6 +22,7 @@ def _plan(tmp_path, shared_cache, grid=GRID):
     from orchestrator.planning.paths import Paths
     from orchestrator.planning.plan import build_plan
 
+    tmp_path.mkdir(parents=True, exist_ok=True)
     grid_file = tmp_path / f"{grid['name']}.yaml"
     grid_file.write_text(f"name: {grid['name']}\n")
     return build_plan(parse_grid(grid, str(grid_file)), Paths.make(tmp_path / "results", shared_cache))
@@ -62,3 +63,89 @@ def test_running_and_segment_r1_are_step_metrics_of_the_trial_run(tmp_path, shar
                                                 "segments": None, "running_R1": running[:2]})
     assert sorted(m.step for m in client.get_metric_history(rid2, "running_R1")) == [16, 32]
     assert not [k for k in client.get_run(rid2).data.metrics if k.startswith("R1.seg.")]
+
+
+def test_protocol_tables_on_a_hand_written_ledger(tmp_path, shared_cache):
+    """The leaderboard across protocols (mean R@1 over a protocol's shifted cells, with the bootstrap interval over
+    queries) and the continual stream's per-segment table, with a failed and a never-run trial marked as everywhere."""
+    import pyarrow.parquet as pq
+
+    from orchestrator.record.ledger import TrialLedger
+    from orchestrator.report.results import write_tables
+    from workloads.spec import CLEAN
+
+    plan = _plan(tmp_path, shared_cache)
+    ledger = TrialLedger(plan.paths.ledger)
+    r1, seg_r1, entries = {}, {}, []
+    never = failed = None
+    for i, t in enumerate(plan.trials):
+        label = t.protocol or "reset_each_shift"
+        if (t.method, label, t.perturbation) == ("tent", "episodic", "gaussian_noise"):
+            never = t     # never runs: its row's episodic cell is partial, over its other shifted cell
+            continue
+        if t.method == "tent" and t.segments:
+            failed = t    # tent's continual stream failed: failed in both tables, never a number
+            e = {"key": t.key, "spec": t.to_dict(), "status": "failed", "metrics": {}, "error": "RuntimeError: x"}
+        else:
+            value = 10.0 + 3 * i
+            r1[t.key] = value
+            e = {"key": t.key, "spec": t.to_dict(), "status": "ok", "metrics": {"R1": value},
+                 "query_R1": [1.0] * int(value) + [0.0] * (100 - int(value))}
+            if t.segments:
+                seg_r1[t.method] = [value - 4.0, value + 4.0]
+                e["segments"] = [{"cell": f"{p}-{s}", "perturbation": p, "severity": s, "R1": v}
+                                 for (p, s), v in zip(t.segment_cells, seg_r1[t.method])]
+        ledger.put(e, submission="s1")
+        entries.append(e)
+    assert never is not None and failed is not None
+    out = tmp_path / "tables"
+    files = write_tables(entries, out, plan.grid, plan.trials)
+    assert out / "protocols.parquet" in files and out / "protocol_segments.parquet" in files
+
+    board = pq.read_table(out / "protocols.parquet").to_pandas().set_index("method")
+    assert list(board.columns[3:6]) == ["reset_each_shift", "episodic", "continual"]
+    shifted = {m: {p: [r1[t.key] for t in plan.trials if t.method == m and (t.protocol or "reset_each_shift") == p
+                       and t.perturbation != CLEAN and t.key in r1] for p in ("reset_each_shift", "episodic")}
+               for m in ("source", "tent")}
+    assert board.loc["source", "reset_each_shift"] == pytest.approx(sum(shifted["source"]["reset_each_shift"]) / 2)
+    assert board.loc["source", "reset_each_shift:state"] == "ok"
+    assert board.loc["source", "reset_each_shift:low"] < board.loc["source", "reset_each_shift"] < \
+        board.loc["source", "reset_each_shift:high"]
+    assert len(shifted["tent"]["episodic"]) == 1 and board.loc["tent", "episodic:state"] == "partial"
+    assert board.loc["tent", "episodic"] == pytest.approx(shifted["tent"]["episodic"][0])
+    assert board.loc["tent", "continual:state"] == "failed" and pd_isna(board.loc["tent", "continual"])
+    src_stream = next(t for t in plan.trials if t.method == "source" and t.segments)
+    assert board.loc["source", "continual"] == pytest.approx(r1[src_stream.key])
+
+    segs = pq.read_table(out / "protocol_segments.parquet").to_pandas().set_index("method")
+    assert list(segs.columns[4:7]) == ["gaussian_noise-5", "impulse_noise-5", "Mean"]   # stream order, then mean
+    assert segs["stream"].tolist() == ["continual", "continual"]
+    assert [segs.loc["source", c] for c in ("gaussian_noise-5", "impulse_noise-5")] == seg_r1["source"]
+    assert segs.loc["source", "Mean"] == pytest.approx(sum(seg_r1["source"]) / 2)
+    assert set(segs.loc["tent", ["gaussian_noise-5:state", "impulse_noise-5:state", "Mean:state"]]) == {"failed"}
+    md = (out / "protocols_tables.md").read_text()
+    assert "| clip4clip | tent |" in md and "failed" in md and "*" in md
+
+    # now the failed stream never ran: missing, never zero
+    entries = [e for e in entries if e["key"] != src_stream.key]
+    write_tables(entries, tmp_path / "again", plan.grid, plan.trials)
+    segs = pq.read_table(tmp_path / "again" / "protocol_segments.parquet").to_pandas().set_index("method")
+    assert segs.loc["source", "gaussian_noise-5:state"] == "missing" and pd_isna(segs.loc["source", "Mean"])
+
+
+def test_a_grid_of_one_protocol_has_no_protocol_tables(tmp_path, shared_cache):
+    from orchestrator.report.protocols import protocol_tables
+    from orchestrator.report.rows import planned_rows, table_order
+
+    plan = _plan(tmp_path, shared_cache, {**GRID, "query_shift": {**GRID["query_shift"], "protocols": []}})
+    assert protocol_tables(plan.grid, planned_rows(plan.trials, []), table_order(plan.grid)) == []
+    plan = _plan(tmp_path / "b", shared_cache, {**GRID, "query_shift": {**GRID["query_shift"],
+                                                                          "protocols": ["continual"]}})
+    names = [t.name for t in protocol_tables(plan.grid, planned_rows(plan.trials, []), table_order(plan.grid))]
+    assert names == ["protocol_segments"]   # the stream alone: nothing to compare it with, its segments still shown
+
+
+def pd_isna(v) -> bool:
+    import math
+
+    return v is None or (isinstance(v, float) and math.isnan(v))
