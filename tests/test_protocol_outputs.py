@@ -149,3 +149,24 @@ def pd_isna(v) -> bool:
     import math
 
     return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def test_the_shipped_protocols_check_plans_every_protocol(tmp_path):
+    """grids/protocols_check.yaml (planned, not run): the ten methods x two backbones under every registered
+    protocol; one continual, gradual and mixed_domains stream per backbone and method."""
+    from orchestrator.config.grid import load_grid
+    from orchestrator.config.shipped import shipped_grids
+    from orchestrator.planning.paths import Paths
+    from orchestrator.planning.plan import build_plan
+    from workloads.protocols import PROTOCOLS
+
+    grid = load_grid(shipped_grids()["protocols_check"])
+    plan = build_plan(grid, Paths.make(tmp_path / "results", tmp_path / "cache"))
+    by: dict[str, list] = {}
+    for t in plan.trials:
+        by.setdefault(t.protocol or "reset_each_shift", []).append(t)
+    assert set(by) == set(PROTOCOLS.names())
+    assert {(t.backbone, t.method) for t in by["budgeted"]} == {(b, m) for b in grid.backbones for m in grid.methods}
+    for name in ("continual", "gradual", "mixed_domains"):
+        assert len(by[name]) == 2 * 10 and all(t.segments for t in by[name])
+    assert all(len(by[p]) == 2 * 10 * 6 for p in ("reset_each_shift", "correlated", "episodic", "offline", "budgeted"))
