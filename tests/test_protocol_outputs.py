@@ -170,3 +170,25 @@ def test_the_shipped_protocols_check_plans_every_protocol(tmp_path):
     for name in ("continual", "gradual", "mixed_domains"):
         assert len(by[name]) == 2 * 10 and all(t.segments for t in by[name])
     assert all(len(by[p]) == 2 * 10 * 6 for p in ("reset_each_shift", "correlated", "episodic", "offline", "budgeted"))
+
+
+def test_a_gradual_streams_repeated_cells_are_columns_of_their_own(tmp_path, shared_cache):
+    """gradual visits each cell twice (1, 2, 1): each visit is a column, in stream order, named with its place."""
+    from orchestrator.report.formats import column_name
+    from orchestrator.report.protocols import protocol_tables
+    from orchestrator.report.rows import planned_rows, table_order
+
+    grid = {**GRID, "query_shift": {**GRID["query_shift"], "severities": [1, 2], "protocols": ["gradual"]}}
+    plan = _plan(tmp_path, shared_cache, grid)
+    entries = []
+    for t in plan.trials:
+        values = [float(10 * i + (t.method == "tent")) for i in range(len(t.segment_cells))]
+        entries.append({"key": t.key, "spec": t.to_dict(), "status": "ok", "metrics": {"R1": sum(values) / 6},
+                        "segments": [{"cell": f"{p}-{s}", "R1": v} for (p, s), v in zip(t.segment_cells, values)]})
+    (table,) = protocol_tables(plan.grid, planned_rows(plan.trials, entries), table_order(plan.grid))
+    assert [column_name(table, c) for c in table.columns] == [
+        "1 gaussian_noise-1", "2 gaussian_noise-2", "3 gaussian_noise-1",
+        "4 impulse_noise-1", "5 impulse_noise-2", "6 impulse_noise-1", "Mean"]
+    tent = ("clip4clip", "tent")
+    assert [table.cell(tent, c).value for c in table.columns[:-1]] == [1.0, 11.0, 21.0, 31.0, 41.0, 51.0]
+    assert table.cell(tent, table.columns[-1]).value == pytest.approx(26.0)
