@@ -126,6 +126,14 @@ def test_protocol_tables_on_a_hand_written_ledger(tmp_path, shared_cache):
     md = (out / "protocols_tables.md").read_text()
     assert "| clip4clip | tent |" in md and "failed" in md and "*" in md
 
+    # the report shows the same tables (orchestrator/report/page.py reads analysis_tables)
+    from orchestrator.report.outputs import write_outputs
+
+    done = write_outputs(plan.grid, plan.trials, tmp_path / "report", plan.paths.ledger)
+    assert done.error is None and done.report_error is None, (done.error, done.report_error)
+    page = (tmp_path / "report" / "report" / "index.html").read_text()
+    assert 'data-name="protocols"' in page and 'data-name="protocol_segments"' in page
+
     # now the failed stream never ran: missing, never zero
     entries = [e for e in entries if e["key"] != src_stream.key]
     write_tables(entries, tmp_path / "again", plan.grid, plan.trials)
