@@ -119,7 +119,14 @@ def test_protocol_tables_on_a_hand_written_ledger(tmp_path, shared_cache):
 
     segs = pq.read_table(out / "protocol_segments.parquet").to_pandas().set_index("method")
     assert list(segs.columns[4:7]) == ["gaussian_noise-5", "impulse_noise-5", "Mean"]   # stream order, then mean
-    assert segs["stream"].tolist() == ["continual", "continual"]
+    # each method's row, then the same method reset on each segment's cell (the paper's protocol) beside it
+    assert segs.index.tolist() == ["source", "source (reset_each_shift)", "tent", "tent (reset_each_shift)"]
+    assert set(segs["stream"]) == {"continual"}
+    reset = {(t.method, t.perturbation): r1[t.key] for t in plan.trials
+             if not t.protocol and t.perturbation != CLEAN and t.key in r1}
+    assert [segs.loc["tent (reset_each_shift)", c] for c in ("gaussian_noise-5", "impulse_noise-5")] == [
+        reset[("tent", "gaussian_noise")], reset[("tent", "impulse_noise")]]
+    assert segs.loc["tent (reset_each_shift)", "Mean:state"] == "ok"
     assert [segs.loc["source", c] for c in ("gaussian_noise-5", "impulse_noise-5")] == seg_r1["source"]
     assert segs.loc["source", "Mean"] == pytest.approx(sum(seg_r1["source"]) / 2)
     assert set(segs.loc["tent", ["gaussian_noise-5:state", "impulse_noise-5:state", "Mean:state"]]) == {"failed"}

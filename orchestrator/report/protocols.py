@@ -9,7 +9,8 @@ that failed `failed`, a damaged entry `damaged`, as everywhere:
   `combine` (over seeds, else a bootstrap over queries);
 - `protocol_segments` (a grid with a multi-segment stream): per stream, CoTTA's layout: rows backbone x method,
   columns the stream's segments in stream order (`mixed_domains`: its segments as listed, their queries being
-  interleaved), then their mean; each cell the R@1 of the trial's queries of that segment."""
+  interleaved), then their mean; each cell the R@1 of the trial's queries of that segment; below each row, where
+  the grid plans them, the same method's reset-each-shift trials of the same cells (`<method> (reset_each_shift)`)."""
 from __future__ import annotations
 
 import json
@@ -65,9 +66,12 @@ def _leaderboards(mine: pd.DataFrame, order: TableOrder) -> list[Table]:
 
 def _segment_tables(mine: pd.DataFrame, order: TableOrder) -> list[Table]:
     streams = mine[mine["segments"].fillna("") != ""]
+    plain = mine[(mine["protocol_column"] == "reset_each_shift") & (mine["segments"].fillna("") == "")]
+    resets = groups(plain, ["dataset", "direction", "backbone_label", "row", "perturbation", "severity"])
     out = []
     for (ds, direction, stream), part in streams.groupby(["dataset", "direction", "perturbation"], sort=False):
-        segments = [f"{p}-{s}" for p, s in json.loads(part["segments"].iloc[0])]
+        cells_of = [(str(p), int(s)) for p, s in json.loads(part["segments"].iloc[0])]
+        segments = [f"{p}-{s}" for p, s in cells_of]
         cols = [(str(i + 1), cell) for i, cell in enumerate(segments)]
         rows = order.rows(part)
         recs = records(part)
@@ -81,7 +85,20 @@ def _segment_tables(mine: pd.DataFrame, order: TableOrder) -> list[Table]:
             for i, col in enumerate(cols):
                 cells[(r, col)] = combine(idx.get(r, []), f"seg{i}")
             cells[(r, ("", "Mean"))] = mean_of([cells[(r, c)] for c in cols])
+        # beside each row, the same method reset on each segment's cell (the paper's protocol), where the grid plans
+        # those trials for every segment: what the stream's carried-over state gains or loses
+        beside = {r: [resets.get((ds, direction, *r, p, s), []) for p, s in cells_of] for r in rows}
+        shown = []
+        for r in rows:
+            shown.append(r)
+            if all(beside[r]):
+                twin = (r[0], f"{r[1]} (reset_each_shift)")
+                shown.append(twin)
+                for col, trials in zip(cols, beside[r]):
+                    cells[(twin, col)] = combine(trials, "R1")
+                cells[(twin, ("", "Mean"))] = mean_of([cells[(twin, c)] for c in cols])
         out.append(Table("protocol_segments", f"R@1 (%) per segment, in stream order: {ds}, {direction}, {stream} "
-                         f"({part['protocol_label'].iloc[0]})", rows, cols + [("", "Mean")], cells,
+                         f"({part['protocol_label'].iloc[0]}), each method beside its reset-each-shift R@1 on the "
+                         "same cells", shown, cols + [("", "Mean")], cells,
                          {"dataset": ds, "direction": direction, "stream": stream}))
     return out
