@@ -91,7 +91,9 @@ def test_protocol_tables_on_a_hand_written_ledger(tmp_path, shared_cache):
             r1[t.key] = value
             e = {"key": t.key, "spec": t.to_dict(), "status": "ok", "metrics": {"R1": value},
                  "query_R1": [1.0] * int(value) + [0.0] * (100 - int(value))}
+            e["running_R1"] = [[16.0, value - 2.0], [32.0, value]]
             if t.segments:
+                e["n_queries"] = 80
                 seg_r1[t.method] = [value - 4.0, value + 4.0]
                 e["segments"] = [{"cell": f"{p}-{s}", "perturbation": p, "severity": s, "R1": v}
                                  for (p, s), v in zip(t.segment_cells, seg_r1[t.method])]
@@ -140,6 +142,20 @@ def test_protocol_tables_on_a_hand_written_ledger(tmp_path, shared_cache):
     assert done.error is None and done.report_error is None, (done.error, done.report_error)
     page = (tmp_path / "report" / "report" / "index.html").read_text()
     assert 'data-name="protocols"' in page and 'data-name="protocol_segments"' in page
+    # R@1 over the continual stream: one figure, in the page and as a PNG
+    assert "R@1 over a protocol&#x27;s stream" in page or "R@1 over a protocol's stream" in page
+    png = tmp_path / "report" / "report" / "plots" / "stream_synthetic_v2t_continual.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # the per-cell figures (R@1 against severity, the focus cell, diagnostics) read the paper's protocol alone
+    from orchestrator.report.plots import focus_cell, paper_protocol
+    from orchestrator.report.rows import planned_rows
+
+    rows = planned_rows(plan.trials, entries)
+    assert set(paper_protocol(rows, plan.grid)["protocol_label"]) == {"reset_each_shift"}
+    cell = focus_cell(plan.grid, rows)
+    assert cell is not None and {cell[k]["protocol_label"] for k in ("clean", "shifted", "adapted")} == {
+        "reset_each_shift"}
 
     # now the failed stream never ran: missing, never zero
     entries = [e for e in entries if e["key"] != src_stream.key]

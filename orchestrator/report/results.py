@@ -45,7 +45,7 @@ def grid_configs(df: pd.DataFrame) -> pd.DataFrame:
 def trials_table(df: pd.DataFrame) -> pa.Table:
     """`trials.parquet`: the planned rows, without their per-query lists; `status` ok / failed / damaged / missing,
     and `why` a damaged trial's ledger file and what is wrong with it (orchestrator/report/rows.py)."""
-    keep = [c for c in df.columns if c not in ("k_occurrence", "batch_R1", "traceback", "query_R1")]
+    keep = [c for c in df.columns if c not in ("k_occurrence", "batch_R1", "traceback", "query_R1", "running_R1")]
     return pa.Table.from_pandas(df[keep] if len(df) else pd.DataFrame(columns=["key", "status"]),
                                 preserve_index=False)
 
