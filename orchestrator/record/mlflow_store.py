@@ -299,8 +299,13 @@ class Tracker(BackgroundLogging):
         # and each backbone option (`backbone_option.ocr`): TCD with and without OCR filter apart
         options.update({f"backbone_option.{k}": v
                         for k, v in json.loads(spec.get("backbone_options") or "{}").items()})
+        # the running R@1 over the stream (docs/protocols.md), step = queries scored so far: the chart view compares
+        # methods along one stream; a multi-segment trial's R@1 per segment, step = the segment's place in the stream
+        points = {"running_R1": [(int(q), r) for q, r in entry.get("running_R1") or []]}
+        for s, seg in enumerate(entry.get("segments") or []):
+            points[f"R1.seg.{seg['cell']}"] = [(s, seg.get("R1"))]
         self._log_batch(rid, params={**{k: spec[k] for k in SPEC_FIELDS if k in spec}, **options}, metrics=metrics,
-                        steps={"batch_R1": entry.get("batch_R1") or []})
+                        steps={"batch_R1": entry.get("batch_R1") or []}, points=points)
         self.client.log_dict(rid, {"k": spec.get("hub_k"), "counts": entry.get("k_occurrence", [])},
                              "k_occurrence.json")
         if entry.get("dropped"):
@@ -413,9 +418,11 @@ class Tracker(BackgroundLogging):
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def _log_batch(self, run_id: str, params: dict | None = None, metrics: dict | None = None,
-                   steps: dict[str, list[float]] | None = None) -> None:
-        """Params, metrics (step 0) and step metrics (`steps`: name -> value per step) in one `log_batch` when they fit
-        MLflow's limits (100 params, 1,000 metrics a call), else in as many as they need."""
+                   steps: dict[str, list[float]] | None = None,
+                   points: dict[str, list[tuple[int, float]]] | None = None) -> None:
+        """Params, metrics (step 0) and step metrics (`steps`: name -> value per step 0, 1, ...; `points`: name ->
+        (step, value) pairs) in one `log_batch` when they fit MLflow's limits (100 params, 1,000 metrics a call), else
+        in as many as they need."""
         from mlflow.entities import Metric, Param   # MLflow (seconds): only in the process that logs to it
 
         now = int(time.time() * 1000)
@@ -423,6 +430,8 @@ class Tracker(BackgroundLogging):
         ms = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items() if v is not None]
         ms += [Metric(k, float(v), now, step) for k, values in (steps or {}).items()
                for step, v in enumerate(values) if v is not None]
+        ms += [Metric(k, float(v), now, int(step)) for k, pairs in (points or {}).items()
+               for step, v in pairs if v is not None]
         if len(ps) <= 100 and len(ms) <= 1000:
             self.client.log_batch(run_id, params=ps, metrics=ms)
             return

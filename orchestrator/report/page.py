@@ -35,9 +35,11 @@ from orchestrator.report.formats import LEGEND, long_frame, table_html, table_ma
 from orchestrator.report.plots import (
     _list,
     focus_cell,
+    paper_protocol,
     plot_cost,
     plot_diagnostics,
     plot_k_occurrence,
+    plot_protocol_streams,
     plot_severity,
     plot_similarity,
     plot_stream,
@@ -176,7 +178,9 @@ def write_report(grid, specs: list[TrialSpec], entries: list[dict[str, Any]], gr
     p = plot_cost(cost, plots_dir)
     if p is not None:
         plots.append(("TTA cost per query (Table 8)", p))
-    for p in plot_diagnostics(df, plots_dir, method_rows(grid)):
+    for p in plot_protocol_streams(df, plots_dir, method_rows(grid)):
+        plots.append(("R@1 over a protocol's stream (docs/protocols.md)", p))
+    for p in plot_diagnostics(paper_protocol(df, grid), plots_dir, method_rows(grid)):
         plots.append(("Uniformity and modality gap: shifted queries before adaptation -> after", p))
 
     all_tables = [t for _, ts in sections for t in ts]

@@ -50,7 +50,7 @@ def severity_figures(grid, df: pd.DataFrame) -> Iterator[tuple[str, Any]]:
     most of its time in matplotlib making its axes and tick objects, and the full matrix has ten such figures
     (docs/notes/2026-11-results-history.md §15)."""
     plt = _plt()
-    qs = _qs_ok(df)
+    qs = paper_protocol(_qs_ok(df), grid)
     figures: dict[tuple[int, int, int], Any] = {}
     methods = method_rows(grid)
     try:
@@ -122,6 +122,14 @@ def _qs_ok(df: pd.DataFrame) -> pd.DataFrame:
     return df[keep]
 
 
+def paper_protocol(qs: pd.DataFrame, grid) -> pd.DataFrame:
+    """The rows of the paper's protocol at the grid's batch size (docs/protocols.md), as the query-shift tables read
+    them: the per-cell figures must not average a cell's trials under other protocols in."""
+    if not len(qs) or "protocol" not in qs:
+        return qs
+    return qs[(qs["protocol"].fillna("") == "") & (qs["batch_size"] == grid.runtime.batch_size)]
+
+
 def severity_apart(grid, df: pd.DataFrame, plots_dir: Path) -> Callable[[], list[Path]]:
     """`plot_severity` started in a forked process, to draw beside the tables and the rest of the report (the
     full matrix's ten 12-panel figures are about half of writing its outputs: docs/notes/2026-11-results-history.md
@@ -164,7 +172,7 @@ def focus_cell(grid, df: pd.DataFrame) -> dict[str, Any] | None:
     """The cell the per-cell figures show: the first (dataset, direction, backbone) with a clean Source trial, at
     the worst Source R@1 among the shifted cells, with the adapted row HAT-VTR where the grid has it, else the first
     method after Source. Returns the three trials: clean, shifted (Source), adapted."""
-    qs = _qs_ok(df)
+    qs = paper_protocol(_qs_ok(df), grid)
     if len(qs) and qs["seed"].nunique() > 1:   # one seed's trials: the figures show single runs
         qs = qs[qs["seed"] == qs["seed"].min()]
     if not len(qs):
@@ -249,6 +257,45 @@ def plot_stream(cell: dict[str, Any], out: Path) -> Path | None:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return _save(fig, out / "stream_r1.png")
+
+
+def plot_protocol_streams(df: pd.DataFrame, out: Path, methods: list[str]) -> list[Path]:
+    """Per multi-segment stream (docs/protocols.md): R@1 over the queries seen so far along it (the trials'
+    `running_R1`), a line per method, a panel per backbone, the segments' boundaries dashed."""
+    qs = _qs_ok(df)
+    if not len(qs) or "running_R1" not in qs or "segments" not in qs:
+        return []
+    streams = qs[qs["segments"].fillna("") != ""]
+    plt, files = _plt(), []
+    for (ds, direction, stream), part in streams.groupby(["dataset", "direction", "perturbation"], sort=False):
+        backbones = list(dict.fromkeys(part["backbone_label"]))
+        fig, axes = plt.subplots(1, len(backbones), figsize=(5.0 * len(backbones), 3.0), squeeze=False)
+        drawn = False
+        for ax, b in zip(axes[0], backbones):
+            mine = part[part["backbone_label"] == b]
+            for i, m in enumerate(x for x in methods if (mine["row"] == x).any()):
+                points = _list(mine[mine["row"] == m]["running_R1"].iloc[0])
+                if points:
+                    ax.plot([p[0] for p in points], [p[1] for p in points], color=f"C{i % 10}", lw=1.2, label=m)
+                    drawn = True
+            first = mine.iloc[0]
+            n_seg = len(_list(first.get("segment_R1"))) or 1
+            if first.get("n_queries") and n_seg > 1:
+                for s in range(1, n_seg):
+                    ax.axvline(s * float(first["n_queries"]) / n_seg, color="grey", ls="--", lw=0.6)
+            ax.set_xlabel("queries seen", fontsize=8)
+            ax.set_ylabel("R@1 so far (%)", fontsize=8)
+            ax.set_title(b, fontsize=9)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=6)
+        fig.suptitle(f"R@1 over the stream: {ds}, {direction}, {stream}", fontsize=10)
+        fig.tight_layout()
+        if drawn:
+            files.append(_save(fig, out / f"stream_{ds}_{direction}_{stream}.png"))
+        else:
+            plt.close(fig)
+    return files
 
 
 def _list(v) -> list:

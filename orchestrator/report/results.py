@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from orchestrator.config.tables import Table
 from orchestrator.record.ledger import count_text
 from orchestrator.report.formats import LEGEND, table_markdown, wide_frame
+from orchestrator.report.protocols import protocol_tables
 from orchestrator.report.rows import QS, planned_rows, table_order
 from orchestrator.report.selection import paired_tables, selection_tables
 from workloads.spec import TrialSpec
@@ -44,7 +45,7 @@ def grid_configs(df: pd.DataFrame) -> pd.DataFrame:
 def trials_table(df: pd.DataFrame) -> pa.Table:
     """`trials.parquet`: the planned rows, without their per-query lists; `status` ok / failed / damaged / missing,
     and `why` a damaged trial's ledger file and what is wrong with it (orchestrator/report/rows.py)."""
-    keep = [c for c in df.columns if c not in ("k_occurrence", "batch_R1", "traceback", "query_R1")]
+    keep = [c for c in df.columns if c not in ("k_occurrence", "batch_R1", "traceback", "query_R1", "running_R1")]
     return pa.Table.from_pandas(df[keep] if len(df) else pd.DataFrame(columns=["key", "status"]),
                                 preserve_index=False)
 
@@ -76,11 +77,15 @@ def write_tables(entries: list[dict[str, Any]], out_dir: Path, grid, specs: list
 def analysis_tables(grid, df: pd.DataFrame, computed: dict[str, list[Table]]) -> list[tuple[str, str, list[Table]]]:
     """(title, file prefix, tables) of the tables read across scenarios' cells: the query-shift R@1 minus Source,
     paired (every grid with a Source row), and hyperparameter selection (grids with `search:`), both from
-    orchestrator/report/selection.py."""
+    orchestrator/report/selection.py; the stream protocols' (orchestrator/report/protocols.py: grids with several
+    protocols or a multi-segment stream)."""
     out = []
     paired = paired_tables(computed.get(QS, []))
     if paired:
         out.append(("Query shift: R@1 minus Source, paired by seed (one seed: by query)", "paired", paired))
+    protocols = protocol_tables(grid, grid_configs(df), table_order(grid)) if QS in grid.scenarios else []
+    if protocols:
+        out.append(("Query shift: stream protocols (docs/protocols.md)", "protocols", protocols))
     selection = selection_tables(grid, df, table_order(grid)) if len(df) else []
     if selection:
         out.append(("Hyperparameter selection without test labels", "hp_selection", selection))

@@ -39,6 +39,9 @@ def trial_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         row["row"] = spec.get("variant") or spec["method"]
         row["backbone_label"] = spec.get("backbone_variant") or spec["backbone"]
         row.update(protocol_columns(spec, e.get("protocol")))
+        # a multi-segment trial's R@1 per segment, in stream order (read by orchestrator/report/protocols.py)
+        row["segment_R1"] = [s.get("R1") for s in e["segments"]] if e.get("segments") else None
+        row["running_R1"] = e.get("running_R1")   # [queries scored, R@1 so far] pairs: the streams' plots
         row.update({m: metrics.get(m) for m in METRICS + HUB + SIGNALS})
         row.update({m: metrics[m] for m in sorted(metrics) if m not in row})
         row["query_R1"] = e.get("query_R1")   # per query (a list, or compact: TrialLedger.entries(lists=False))
