@@ -386,7 +386,10 @@ def test_budgeted_correlated_and_episodic_trials_record_what_they_ran(trials):
     every = _ok(run(dataclasses.replace(source, protocol="episodic", protocol_options='{"every": 10}'), ctx))
     assert [q for q, _ in every.running_R1] == [10.0, 20.0, 30.0, 40.0]
     assert small.query_R1 == plain.query_R1 and small.metrics["R1"] == plain.metrics["R1"]
-    assert np.array_equal(np.load(small.scores_path), np.load(plain.scores_path))
+    # the scores in test-split order: equal to float16 rounding, not to the bit: a query's features are computed in a
+    # batch of other queries here, and a batched matmul's last bits can follow the batch's shape and the process's
+    # thread count (the full suite, with earlier tests in the same worker, showed a difference a clean run does not)
+    assert np.allclose(np.load(small.scores_path), np.load(plain.scores_path), rtol=2 ** -10, atol=2 ** -10)
     assert small.batch_R1 != plain.batch_R1
     refused = run(dataclasses.replace(spec, method="tcr", protocol="episodic", batch_size=2), ctx)
     assert refused.status == "failed" and "needs batches of at least 4 queries" in refused.error

@@ -219,6 +219,9 @@ ENTRY_FIELDS: dict[str, Check] = {
     "error": text(), "traceback": text(), "failed_batch": integer(0),
     "environment": mapping_of(anything),
     "scores_path": text(), "method_faithful": flag(),
+    # the stream protocol a trial ran (docs/protocols.md): name, options, batch counts, k; a multi-segment trial's
+    # per-segment metrics; [queries seen, R@1 so far] every `every` queries
+    "protocol": mapping_of(anything), "segments": list_of(mapping_of(anything)), "running_R1": list_of(numbers(0)),
     # added by the driver (orchestrator/run/tune.py, `put`, `record_run`)
     "ray_node": text(), "pid": integer(0), "submission": text(),
     "attempts": list_of(mapping_of(anything)), "recorded_at": number(0, nan=False),
