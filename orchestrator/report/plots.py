@@ -283,12 +283,7 @@ def plot_protocol_streams(df: pd.DataFrame, out: Path, methods: list[str]) -> li
             if first.get("n_queries") and n_seg > 1:
                 for s in range(1, n_seg):
                     ax.axvline(s * float(first["n_queries"]) / n_seg, color="grey", ls="--", lw=0.6)
-            ax.set_xlabel("queries seen", fontsize=8)
-            ax.set_ylabel("R@1 so far (%)", fontsize=8)
-            ax.set_title(b, fontsize=9)
-            ax.tick_params(labelsize=7)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=6)
+            _panel(ax, "queries seen", "R@1 so far (%)", b)
         fig.suptitle(f"R@1 over the stream: {ds}, {direction}, {stream}", fontsize=10)
         fig.tight_layout()
         if drawn:
@@ -296,6 +291,16 @@ def plot_protocol_streams(df: pd.DataFrame, out: Path, methods: list[str]) -> li
         else:
             plt.close(fig)
     return files
+
+
+def _panel(ax, xlabel: str, ylabel: str, title: str) -> None:
+    """One backbone's panel of a per-backbone figure, labelled and styled as the others."""
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
 
 
 def _list(v) -> list:
@@ -352,12 +357,7 @@ def plot_diagnostics(df: pd.DataFrame, out: Path, methods: list[str]) -> list[Pa
                 colour = f"C{i}"
                 ax.annotate("", xy=end, xytext=start, arrowprops={"arrowstyle": "->", "color": colour})
                 ax.scatter([end[0]], [end[1]], color=colour, s=18, label=m)
-            ax.set_xlabel("uniformity (higher: more spread)", fontsize=8)
-            ax.set_ylabel("modality gap (lower: closer)", fontsize=8)
-            ax.set_title(b, fontsize=9)
-            ax.tick_params(labelsize=7)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=6)
+            _panel(ax, "uniformity (higher: more spread)", "modality gap (lower: closer)", b)
         fig.suptitle(f"query embeddings under shift: {ds}, {direction}", fontsize=10)
         fig.tight_layout()
         files.append(_save(fig, out / f"diagnostics_{ds}_{direction}.png"))
